@@ -1,0 +1,39 @@
+# mtkit: make install | demo | test | lint | bench
+# Uses the active virtual environment if there is one, else creates .venv here.
+PYTHON ?= python3
+ifdef VIRTUAL_ENV
+BIN := $(VIRTUAL_ENV)/bin
+else
+BIN := .venv/bin
+endif
+STAMP := $(BIN)/.mtkit-installed
+
+.PHONY: install demo test lint bench chaos
+
+install: $(STAMP)
+
+# torch==2.13.0 first: a bare torch requirement would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv .venv
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: install
+	$(BIN)/mtkit train recipes/demo.yaml
+	printf '%s\n' \
+	  'En el principio creó Dios los cielos y la tierra.' \
+	  'Y dijo Dios: Sea la luz; y fué la luz.' \
+	  'Bienaventurados los pacíficos, porque ellos serán llamados hijos de Dios.' \
+	  | $(BIN)/mtkit translate -m runs/demo/model.pt
+
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check mtkit tests bench
+
+bench: install
+	$(BIN)/python bench/binarize.py
+	$(BIN)/python bench/train.py
+	$(BIN)/python bench/decode.py
