@@ -1,0 +1,138 @@
+"""Checkpoint bundles: atomic writes, safe loading, averaging."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+
+import pytest
+import torch
+
+from mtkit.checkpoint import (
+    FORMAT_VERSION,
+    atomic_write,
+    average_checkpoints,
+    load_checkpoint,
+    make_bundle,
+    save_checkpoint,
+)
+from mtkit.errors import CheckpointError
+
+RECIPE = {"model": {"d_model": 4}}
+
+
+def bundle(weight: float, recipe=RECIPE, spm=b"spm") -> dict:
+    state = {"w": torch.full((2, 2), weight), "steps": torch.tensor(7)}
+    return make_bundle(state, recipe, spm, None, {"train": "abc"})
+
+
+def test_save_and_load_roundtrip(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, bundle(1.0))
+    loaded = load_checkpoint(path)
+    assert torch.equal(loaded["model"]["w"], torch.ones(2, 2))
+    assert loaded["spm_src"] == b"spm" and loaded["format_version"] == FORMAT_VERSION
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"], "no temporary file left behind"
+
+
+def test_crash_during_write_leaves_old_file_intact(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, bundle(1.0))
+    before = path.read_bytes()
+
+    def crash(file):
+        file.write(b"half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(CheckpointError, match="No space left on device.*previous file"):
+        atomic_write(path, crash)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+
+
+def test_read_only_directory(tmp_path, monkeypatch):
+    """As a read-only directory refuses the temporary file (simulated: tests may run as root)."""
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, bundle(1.0))
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    with pytest.raises(CheckpointError, match="cannot write \\(Permission denied\\)"):
+        save_checkpoint(path, bundle(2.0))
+    monkeypatch.undo()
+    assert torch.equal(load_checkpoint(path)["model"]["w"], torch.ones(2, 2))
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="model file not found"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+    good = tmp_path / "good.pt"
+    save_checkpoint(good, bundle(1.0))
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(truncated)
+
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {"w": torch.ones(1)}}, foreign)
+    with pytest.raises(CheckpointError, match="not an mtkit checkpoint"):
+        load_checkpoint(foreign)
+
+    text = tmp_path / "text.pt"
+    text.write_text("hello")
+    with pytest.raises(CheckpointError, match="not"):
+        load_checkpoint(text)
+
+    future = tmp_path / "future.pt"
+    data = bundle(1.0)
+    data["format_version"] = FORMAT_VERSION + 1
+    torch.save(data, future)
+    with pytest.raises(CheckpointError, match="newer mtkit.*upgrade"):
+        load_checkpoint(future)
+
+
+class Payload:
+    """A pickled callable: loading it must never run code."""
+
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def test_pickled_callable_is_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    data = bundle(1.0)
+    data["payload"] = Payload()
+    buffer = io.BytesIO()
+    torch.save(data, buffer, pickle_module=pickle)
+    path.write_bytes(buffer.getvalue())
+    with pytest.raises(CheckpointError, match="refused"):
+        load_checkpoint(path)
+
+
+def test_average_is_elementwise_mean(tmp_path):
+    paths = []
+    for i, weight in enumerate([1.0, 2.0, 6.0]):
+        paths.append(tmp_path / f"c{i}.pt")
+        data = bundle(weight)
+        data["train_state"] = {"optimizer": {}}
+        save_checkpoint(paths[-1], data)
+    averaged = average_checkpoints(paths)
+    assert torch.allclose(averaged["model"]["w"], torch.full((2, 2), 3.0))
+    assert averaged["model"]["w"].dtype == torch.float32
+    assert torch.equal(averaged["model"]["steps"], torch.tensor(7))
+    assert "train_state" not in averaged and averaged["spm_src"] == b"spm"
+
+
+def test_average_refuses_incompatible(tmp_path):
+    a, b, c = tmp_path / "a.pt", tmp_path / "b.pt", tmp_path / "c.pt"
+    save_checkpoint(a, bundle(1.0))
+    save_checkpoint(b, bundle(1.0, recipe={"model": {"d_model": 8}}))
+    save_checkpoint(c, bundle(1.0, spm=b"other"))
+    with pytest.raises(CheckpointError, match="different model architecture"):
+        average_checkpoints([a, b])
+    with pytest.raises(CheckpointError, match="different vocabulary"):
+        average_checkpoints([a, c])
