@@ -1,0 +1,476 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+One file, read top to bottom: positions, attention, feed-forward, the two layer types, the
+model, and the decoder cache that makes step-by-step decoding cheap.
+
+Shapes in comments: B batch, S source length, T target length, D d_model, H heads,
+dh = D / H, V vocabulary size.
+
+Two ways through the decoder share the same layer code:
+
+* ``decode`` runs a whole target prefix at once (training, and the uncached reference);
+* ``decode_step`` runs ONE new position per call against a ``DecoderCache`` that holds the
+  keys/values of the positions already decoded and the projected encoder output.
+
+The search sees the model only through ``encode``, ``init_cache`` and ``decode_step``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+
+# --------------------------------------------------------------------------- helpers
+
+
+def sinusoidal_positions(length: int, dim: int) -> Tensor:
+    """The paper's fixed position table, (length, dim), interleaved sin/cos:
+
+    PE[pos, 2i] = sin(pos / 10000^(2i/dim)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/dim)).
+    """
+    pos = torch.arange(length, dtype=torch.float64)[:, None]  # (length, 1)
+    inv_freq = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
+    angle = pos * inv_freq  # (length, dim/2); float64 so large positions stay accurate
+    table = torch.empty(length, dim, dtype=torch.float64)
+    table[:, 0::2] = angle.sin()
+    table[:, 1::2] = angle.cos()
+    return table.float()
+
+
+def split_heads(x: Tensor, parts: int, heads: int) -> tuple[Tensor, ...]:
+    """(B, T, parts*D) -> `parts` views of shape (B, H, T, dh), without copying.
+
+    A fused projection (QKV, KV) lays its outputs side by side on the last axis; one view
+    and one permute separate them and the heads at once.
+    """
+    batch, length, _ = x.shape
+    return x.view(batch, length, parts, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, H, T, dh) -> (B, T, D); the one copy attention cannot avoid."""
+    batch, heads, length, dim = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * dim)
+
+
+def keep_mask(pad_mask: Tensor) -> Tensor | None:
+    """(B, S) True at padding -> (B, 1, 1, S) True where attention may look, or None.
+
+    scaled_dot_product_attention takes boolean masks as "True = take part". Returning None
+    when no sentence is padded lets it use its unmasked (faster) kernels.
+    """
+    if not bool(pad_mask.any()):
+        return None
+    return ~pad_mask[:, None, None, :]
+
+
+def xavier_(linear: nn.Linear, parts: int = 1) -> None:
+    """Xavier-uniform init, per block of a fused projection, as if the blocks were separate
+    layers (a fused (3D, D) weight would otherwise get a smaller range than three (D, D))."""
+    for block in linear.weight.chunk(parts, dim=0):
+        nn.init.xavier_uniform_(block)
+    if linear.bias is not None:
+        nn.init.zeros_(linear.bias)
+
+
+def residual(
+    x: Tensor,
+    sublayer: Callable[[Tensor], Tensor],
+    norm: nn.Module,
+    dropout: float,
+    pre_norm: bool,
+    training: bool,
+) -> Tensor:
+    """One residual block.
+
+    post-norm (the paper): norm(x + dropout(sublayer(x)))
+    pre-norm:              x + dropout(sublayer(norm(x)))   (trains without warmup tricks)
+    """
+    y = sublayer(norm(x) if pre_norm else x)
+    if training:  # skipping the call at inference trims per-step overhead in decode_step
+        y = F.dropout(y, dropout, training=True)
+    return x + y if pre_norm else norm(x + y)
+
+
+# --------------------------------------------------------------------------- sublayers
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused QKV projection."""
+
+    def __init__(self, d_model: int, heads: int, attn_dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attn_dropout = attn_dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def reset_parameters(self) -> None:
+        xavier_(self.qkv, parts=3)
+        xavier_(self.out)
+
+    def forward(
+        self,
+        x: Tensor,  # (B, T, D)
+        keep: Tensor | None = None,  # (B, 1, 1, T) True = may attend; None = everything
+        causal: bool = False,
+        cache: tuple[Tensor, Tensor] | None = None,  # K, V buffers, each (B, H, max_len, dh)
+        step: int = 0,  # positions already in the cache
+    ) -> Tensor:
+        q, k, v = split_heads(self.qkv(x), 3, self.heads)  # each (B, H, T, dh)
+        if cache is not None:
+            # Write this call's keys/values after the `step` cached ones, then attend over
+            # all of them. With T == 1 (decode_step) every cached position is in the past,
+            # so no causal mask is needed.
+            k_buf, v_buf = cache
+            end = step + x.size(1)
+            k_buf[:, :, step:end] = k
+            v_buf[:, :, step:end] = v
+            k, v = k_buf[:, :, :end], v_buf[:, :, :end]  # (B, H, end, dh) views
+        p = self.attn_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=p, is_causal=causal)
+        return self.out(merge_heads(y))  # (B, T, D)
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from the decoder to the encoder output, fused K/V projection.
+
+    The keys/values depend only on the encoder output, so `project_kv` is separate: the
+    cache computes them once per sentence instead of once per decoded token.
+    """
+
+    def __init__(self, d_model: int, heads: int, attn_dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attn_dropout = attn_dropout
+        self.q = nn.Linear(d_model, d_model)
+        self.kv = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def reset_parameters(self) -> None:
+        xavier_(self.q)
+        xavier_(self.kv, parts=2)
+        xavier_(self.out)
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S, D) encoder output -> K, V, each (B, H, S, dh)."""
+        k, v = split_heads(self.kv(memory), 2, self.heads)
+        return k, v
+
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, keep: Tensor | None) -> Tensor:
+        (q,) = split_heads(self.q(x), 1, self.heads)  # (B, H, T, dh)
+        p = self.attn_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=p)
+        return self.out(merge_heads(y))  # (B, T, D)
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network with hidden size ffn_dim.
+
+    relu:   max(0, x W1 + b1) W2 + b2            (the paper)
+    swiglu: (silu(x W) * (x V)) W2, no biases    (Shazeer 2020; W and V fused in one matmul)
+    """
+
+    def __init__(self, d_model: int, ffn_dim: int, activation: str) -> None:
+        super().__init__()
+        self.swiglu = activation == "swiglu"
+        width = 2 * ffn_dim if self.swiglu else ffn_dim
+        self.w_in = nn.Linear(d_model, width, bias=not self.swiglu)
+        self.w_out = nn.Linear(ffn_dim, d_model, bias=not self.swiglu)
+
+    def reset_parameters(self) -> None:
+        xavier_(self.w_in, parts=2 if self.swiglu else 1)
+        xavier_(self.w_out)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.w_in(x)  # (B, T, ffn) or (B, T, 2*ffn)
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            # In place is safe: the linear's backward needs its input, not its output.
+            h = F.relu(h, inplace=True)
+        return self.w_out(h)  # (B, T, D)
+
+
+# --------------------------------------------------------------------------- layers
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre_norm = cfg.norm == "pre"
+        self.dropout = cfg.dropout
+        self.self_attn = SelfAttention(cfg.d_model, cfg.heads, cfg.attn_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation)
+        self.norm1 = nn.LayerNorm(cfg.d_model)
+        self.norm2 = nn.LayerNorm(cfg.d_model)
+
+    def forward(self, x: Tensor, keep: Tensor | None) -> Tensor:  # (B, S, D) -> (B, S, D)
+        def self_attn(h: Tensor) -> Tensor:
+            return self.self_attn(h, keep)
+
+        block = (self.dropout, self.pre_norm, self.training)
+        x = residual(x, self_attn, self.norm1, *block)
+        return residual(x, self.ffn, self.norm2, *block)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre_norm = cfg.norm == "pre"
+        self.dropout = cfg.dropout
+        self.self_attn = SelfAttention(cfg.d_model, cfg.heads, cfg.attn_dropout)
+        self.cross_attn = CrossAttention(cfg.d_model, cfg.heads, cfg.attn_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation)
+        self.norm1 = nn.LayerNorm(cfg.d_model)
+        self.norm2 = nn.LayerNorm(cfg.d_model)
+        self.norm3 = nn.LayerNorm(cfg.d_model)
+
+    def forward(
+        self,
+        x: Tensor,  # (B, T, D)
+        cross_k: Tensor,  # (B, H, S, dh)
+        cross_v: Tensor,  # (B, H, S, dh)
+        src_keep: Tensor | None,  # (B, 1, 1, S)
+        self_cache: tuple[Tensor, Tensor] | None = None,
+        step: int = 0,
+    ) -> Tensor:
+        # Without a cache the whole prefix is here: a causal mask is all it needs. Target
+        # padding only ever follows the real tokens, so a real position never sees a pad
+        # under the causal mask; pad positions compute garbage that the loss ignores.
+        # With a cache, x is the single newest position and everything cached is its past.
+        causal = self_cache is None
+
+        def self_attn(h: Tensor) -> Tensor:
+            return self.self_attn(h, None, causal, self_cache, step)
+
+        def cross_attn(h: Tensor) -> Tensor:
+            return self.cross_attn(h, cross_k, cross_v, src_keep)
+
+        block = (self.dropout, self.pre_norm, self.training)
+        x = residual(x, self_attn, self.norm1, *block)
+        x = residual(x, cross_attn, self.norm2, *block)
+        return residual(x, self.ffn, self.norm3, *block)
+
+
+# --------------------------------------------------------------------------- cache
+
+
+@dataclass
+class DecoderCache:
+    """What `decode_step` needs between calls, for B rows (sentences or beam hypotheses).
+
+    Self-attention K/V are preallocated for `max_len` positions and filled up to `step`;
+    writing into a buffer beats concatenating a growing tensor every step.
+    """
+
+    self_k: list[Tensor]  # per decoder layer, (B, H, max_len, dh); positions < step are valid
+    self_v: list[Tensor]
+    cross_k: list[Tensor]  # per decoder layer, (B, H, S, dh); fixed for the whole search
+    cross_v: list[Tensor]
+    src_pad_mask: Tensor  # (B, S) True at source padding
+    src_keep: Tensor | None  # (B, 1, 1, S) attention mask derived from it; None = no padding
+    max_len: int  # how many decode_step calls the buffers hold
+    step: int = 0  # positions decoded so far = position of the next token
+
+    @property
+    def batch_size(self) -> int:
+        return self.src_pad_mask.size(0)
+
+    def reorder(self, rows: Tensor, cross: bool = True) -> None:
+        """Keep row rows[i] as new row i, for every per-row tensor.
+
+        Rows may repeat (beam re-ranking) and may be fewer than before (finished sentences
+        dropped). Only the `step` filled self-attention positions are copied.
+
+        cross=False leaves the source-side tensors alone: valid only when the number of rows
+        is unchanged and each new row comes from a row with the same source sentence (beam
+        re-ranking inside each sentence), and it saves copying the cross K/V every step.
+        """
+        if not cross and rows.numel() != self.batch_size:
+            raise ValueError("reorder(cross=False) needs as many rows as before")
+        self.self_k = [_take_rows(buf, rows, self.step) for buf in self.self_k]
+        self.self_v = [_take_rows(buf, rows, self.step) for buf in self.self_v]
+        if cross:
+            self.cross_k = [t.index_select(0, rows) for t in self.cross_k]
+            self.cross_v = [t.index_select(0, rows) for t in self.cross_v]
+            self.src_pad_mask = self.src_pad_mask.index_select(0, rows)
+            if self.src_keep is not None:
+                self.src_keep = self.src_keep.index_select(0, rows)
+
+
+def _take_rows(buf: Tensor, rows: Tensor, used: int) -> Tensor:
+    """index_select rows of a (B, H, max_len, dh) buffer, copying only `used` positions."""
+    out = buf.new_empty((rows.numel(), *buf.shape[1:]))
+    torch.index_select(buf[:, :, :used], 0, rows, out=out[:, :, :used])
+    return out
+
+
+# --------------------------------------------------------------------------- the model
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> None:
+        super().__init__()
+        if cfg.d_model % cfg.heads or (cfg.d_model // cfg.heads) % 2:
+            raise ValueError(f"d_model {cfg.d_model} must split into {cfg.heads} even-sized heads")
+        if cfg.tie_embeddings == "all" and src_vocab != tgt_vocab:
+            raise ValueError(
+                f"tie_embeddings 'all' needs one vocabulary, got {src_vocab} source and "
+                f"{tgt_vocab} target entries; use 'decoder' or 'none'"
+            )
+        self.cfg = cfg
+        self.pad_id = pad_id
+        self.embed_scale = math.sqrt(cfg.d_model)
+        d = cfg.d_model
+
+        # Embeddings and output projection, shared per tie_embeddings. Sharing is by
+        # assigning the same Parameter, so it survives state_dict save/load.
+        self.tgt_embed = nn.Embedding(tgt_vocab, d, padding_idx=pad_id)
+        if cfg.tie_embeddings == "all":
+            self.src_embed = self.tgt_embed
+        else:
+            self.src_embed = nn.Embedding(src_vocab, d, padding_idx=pad_id)
+        self.out_proj = nn.Linear(d, tgt_vocab, bias=False)
+        if cfg.tie_embeddings in ("all", "decoder"):
+            self.out_proj.weight = self.tgt_embed.weight
+
+        if cfg.positions == "sinusoidal":
+            table = sinusoidal_positions(cfg.max_positions, d)
+            self.register_buffer("pos_table", table, persistent=False)  # rebuilt, not saved
+            self.pos_embed = None
+        else:
+            self.pos_embed = nn.Embedding(cfg.max_positions, d)
+
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.enc_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
+        # Pre-norm leaves the residual stream unnormalised: each stack ends with a LayerNorm.
+        pre = cfg.norm == "pre"
+        self.enc_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.dec_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        """Xavier-uniform linears; embeddings (and an untied output projection, a vocabulary
+        matrix like them) normal(0, d^-0.5) with the pad row zero, so that scaled by sqrt(d)
+        a token embedding has unit variance, like the sinusoids it is added to."""
+        for module in self.modules():
+            if isinstance(module, (SelfAttention, CrossAttention, FeedForward)):
+                module.reset_parameters()
+        std = self.cfg.d_model**-0.5
+        tables = [self.src_embed, self.tgt_embed]
+        for table in tables[1:] if self.src_embed is self.tgt_embed else tables:
+            nn.init.normal_(table.weight, 0.0, std)
+            with torch.no_grad():
+                table.weight[self.pad_id].zero_()
+        if self.out_proj.weight is not self.tgt_embed.weight:
+            nn.init.normal_(self.out_proj.weight, 0.0, std)
+        if self.pos_embed is not None:
+            nn.init.normal_(self.pos_embed.weight, 0.0, std)
+
+    def num_parameters(self) -> int:
+        """Trainable values, each shared tensor counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    # ----------------------------------------------------------------------- embedding
+
+    def _embed(self, table: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
+        """(B, T) token ids at positions start.. -> (B, T, D) scaled embeddings + positions."""
+        end = start + tokens.size(1)
+        if end > self.cfg.max_positions:
+            raise ValueError(
+                f"position {end - 1} is beyond model.max_positions ({self.cfg.max_positions})"
+            )
+        if self.pos_embed is None:
+            pos = self.pos_table[start:end]  # (T, D)
+        else:
+            pos = self.pos_embed.weight[start:end]  # (T, D); a slice, cheaper than a lookup
+        x = table(tokens) * self.embed_scale + pos  # (B, T, D)
+        return F.dropout(x, self.cfg.dropout, training=True) if self.training else x
+
+    # ----------------------------------------------------------------------- full sequences
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S) source ids -> memory (B, S, D), src_pad_mask (B, S) True at padding."""
+        src_pad_mask = src.eq(self.pad_id)
+        keep = keep_mask(src_pad_mask)
+        x = self._embed(self.src_embed, src)
+        for layer in self.encoder:
+            x = layer(x, keep)
+        return self.enc_norm(x), src_pad_mask
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor) -> Tensor:
+        """(B, T) target prefix (BOS first) -> logits (B, T, V), causal, in the compute dtype.
+
+        Pad tokens must come after the real ones (right padding); their logits are garbage.
+        """
+        src_keep = keep_mask(src_pad_mask)
+        x = self._embed(self.tgt_embed, tgt_in)
+        for layer in self.decoder:
+            cross_k, cross_v = layer.cross_attn.project_kv(memory)
+            x = layer(x, cross_k, cross_v, src_keep)
+        return self.out_proj(self.dec_norm(x))
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """(B, S) source, (B, T) target prefix -> logits (B, T, V)."""
+        return self.decode(tgt_in, *self.encode(src))
+
+    # ----------------------------------------------------------------------- step by step
+
+    def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int) -> DecoderCache:
+        """A cache for up to `max_len` decode_step calls on these B sentences.
+
+        Projects the cross-attention K/V of every layer once, and allocates the
+        self-attention K/V buffers. Call under torch.inference_mode().
+        """
+        if max_len > self.cfg.max_positions:
+            raise ValueError(
+                f"max_len {max_len} is beyond model.max_positions ({self.cfg.max_positions})"
+            )
+        cross_k, cross_v = [], []
+        for layer in self.decoder:
+            k, v = layer.cross_attn.project_kv(memory)
+            # Contiguous once here, so the per-step attention reads plain memory.
+            cross_k.append(k.contiguous())
+            cross_v.append(v.contiguous())
+        batch, heads, _, head_dim = cross_k[0].shape
+        # Same dtype as the projections (bf16 under autocast), so writes need no casts.
+        shape, dtype = (batch, heads, max_len, head_dim), cross_k[0].dtype
+
+        def buffers() -> list[Tensor]:
+            return [memory.new_empty(shape, dtype=dtype) for _ in self.decoder]
+
+        return DecoderCache(
+            self_k=buffers(),
+            self_v=buffers(),
+            cross_k=cross_k,
+            cross_v=cross_v,
+            src_pad_mask=src_pad_mask,
+            src_keep=keep_mask(src_pad_mask),
+            max_len=max_len,
+        )
+
+    def decode_step(self, prev_tokens: Tensor, cache: DecoderCache) -> Tensor:
+        """(B,) the latest token of each row -> fp32 logits (B, V) for the next token.
+
+        prev_tokens is BOS on the first call. Runs position cache.step through the same
+        layers as `decode`, appends its K/V to the cache and advances cache.step.
+        Logits are fp32 whatever the compute dtype, ready for log_softmax.
+        """
+        step = cache.step
+        if step >= cache.max_len:
+            raise ValueError(f"the cache holds {cache.max_len} positions; it is full")
+        x = self._embed(self.tgt_embed, prev_tokens[:, None], start=step)  # (B, 1, D)
+        for i, layer in enumerate(self.decoder):
+            self_cache = (cache.self_k[i], cache.self_v[i])
+            x = layer(x, cache.cross_k[i], cache.cross_v[i], cache.src_keep, self_cache, step)
+        cache.step = step + 1
+        return self.out_proj(self.dec_norm(x[:, 0])).float()  # (B, V)

@@ -1,0 +1,269 @@
+"""The Transformer: masks, positions, the decoder cache, tied embeddings, a training canary."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from mtkit.config import ModelConfig
+from mtkit.loss import label_smoothed_nll
+from mtkit.model import Transformer, sinusoidal_positions
+
+PAD, BOS, VOCAB = 0, 1, 23
+TINY = ModelConfig(
+    enc_layers=2, dec_layers=2, d_model=16, heads=2, ffn_dim=32, dropout=0.1, max_positions=64
+)
+VARIANTS = [
+    replace(TINY, norm=norm, activation=act)
+    for norm in ("pre", "post")
+    for act in ("relu", "swiglu")
+]
+VARIANT_IDS = [f"{c.norm}-{c.activation}" for c in VARIANTS]
+
+
+def make_model(cfg: ModelConfig = TINY, src_vocab: int = VOCAB, tgt_vocab: int = VOCAB):
+    torch.manual_seed(0)
+    return Transformer(cfg, src_vocab, tgt_vocab, pad_id=PAD).eval()
+
+
+def tokens(*lengths: int, total: int | None = None, vocab: int = VOCAB) -> torch.Tensor:
+    """Right-padded random ids >= 2 (so neither PAD nor BOS), one row per length."""
+    total = total or max(lengths)
+    out = torch.full((len(lengths), total), PAD)
+    for row, n in enumerate(lengths):
+        out[row, :n] = torch.randint(2, vocab, (n,))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(1)
+
+
+# --------------------------------------------------------------------------- masks
+
+
+@pytest.mark.parametrize("cfg", VARIANTS, ids=VARIANT_IDS)
+def test_future_target_tokens_do_not_change_earlier_logits(cfg):
+    model = make_model(cfg)
+    src, tgt = tokens(5, 7), tokens(6, 6)
+    with torch.no_grad():
+        before = model(src, tgt)
+        changed = tgt.clone()
+        changed[:, 4] = (changed[:, 4] - 1) % (VOCAB - 2) + 2  # another id >= 2
+        after = model(src, changed)
+    torch.testing.assert_close(after[:, :4], before[:, :4], atol=1e-5, rtol=0)
+    assert not torch.allclose(after[:, 4:], before[:, 4:])
+
+
+def test_padded_source_content_is_ignored():
+    # Untied source embeddings: with "all", the pad row is also the pad logit's weights.
+    model = make_model(replace(TINY, tie_embeddings="decoder"))
+    src, tgt = tokens(4, 7), tokens(5, 5)
+    with torch.no_grad():
+        memory, pad = model.encode(src)
+        logits = model.decode(tgt, memory, pad)
+        # What the encoder puts at padded positions must not reach the decoder ...
+        noisy = memory + 5 * torch.randn_like(memory) * pad[:, :, None]
+        assert not torch.equal(noisy, memory)
+        torch.testing.assert_close(model.decode(tgt, noisy, pad), logits, atol=1e-5, rtol=0)
+        # ... and what enters the encoder at padded positions must not reach real positions.
+        model.src_embed.weight[PAD] = torch.randn(TINY.d_model)
+        memory2, pad2 = model.encode(src)
+        assert torch.equal(pad2, pad)
+        real = ~pad[:, :, None]
+        torch.testing.assert_close(memory2 * real, memory * real, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model.decode(tgt, memory2, pad), logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cfg", VARIANTS[:2], ids=VARIANT_IDS[:2])
+def test_batch_equals_sentences_one_by_one(cfg):
+    model = make_model(cfg)
+    src_lens, tgt_lens = (3, 8, 5), (6, 2, 4)
+    src, tgt = tokens(*src_lens), tokens(*tgt_lens)
+    with torch.no_grad():
+        batch = model(src, tgt)
+        for row, (s, t) in enumerate(zip(src_lens, tgt_lens, strict=True)):
+            alone = model(src[row : row + 1, :s], tgt[row : row + 1, :t])
+            torch.testing.assert_close(batch[row : row + 1, :t], alone, atol=1e-5, rtol=0)
+
+
+# --------------------------------------------------------------------------- positions
+
+
+def test_sinusoidal_values_follow_the_formula():
+    dim = 16
+    table = sinusoidal_positions(50, dim)
+    for pos, i in [(0, 0), (1, 0), (7, 3), (49, 7), (20, 5)]:
+        angle = pos / 10000 ** (2 * i / dim)
+        assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+        assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+    model = make_model()
+    assert "pos_table" not in model.state_dict()  # rebuilt from the config, not stored
+
+
+def test_learned_positions_run_and_train():
+    model = make_model(replace(TINY, positions="learned")).train()
+    logits = model(tokens(4, 6), tokens(5, 3))
+    logits.sum().backward()
+    assert logits.shape == (2, 5, VOCAB)
+    assert model.pos_embed.weight.grad[:5].abs().sum() > 0
+    assert model.pos_embed.weight.grad[6:].abs().sum() == 0
+
+
+def test_too_long_input_is_a_clear_error():
+    model = make_model()
+    with pytest.raises(ValueError, match="max_positions"):
+        model.encode(tokens(TINY.max_positions + 1))
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def step_through(model: Transformer, cache, tgt: torch.Tensor) -> torch.Tensor:
+    """decode_step over every position of tgt: (B, T) -> (B, T, V)."""
+    return torch.stack([model.decode_step(tgt[:, t], cache) for t in range(tgt.size(1))], 1)
+
+
+@pytest.mark.parametrize("cfg", VARIANTS, ids=VARIANT_IDS)
+def test_cached_steps_equal_full_decode(cfg):
+    model = make_model(cfg)
+    src, tgt = tokens(4, 7, 2), tokens(6, 6, 6)
+    tgt[:, 0] = BOS
+    with torch.inference_mode():
+        memory, pad = model.encode(src)
+        full = model.decode(tgt, memory, pad)
+        cache = model.init_cache(memory, pad, max_len=10)
+        stepped = step_through(model, cache, tgt)
+    assert cache.step == 6
+    assert stepped.dtype == torch.float32
+    torch.testing.assert_close(stepped, full, atol=1e-5, rtol=0)
+
+
+def test_cache_reorder_repeats_and_drops_rows():
+    model = make_model(replace(TINY, norm="post", activation="swiglu"))
+    src, tgt = tokens(4, 7, 2), tokens(6, 6, 6)
+    tgt[:, 0] = BOS
+    with torch.inference_mode():
+        memory, pad = model.encode(src)
+        full = model.decode(tgt, memory, pad)
+        cache = model.init_cache(memory, pad, max_len=8)
+        step_through(model, cache, tgt[:, :3])
+
+        rows = torch.tensor([2, 0, 2, 1])  # repeated rows, new order (beam re-ranking)
+        cache.reorder(rows)
+        after = step_through(model, cache, tgt[rows, 3:])
+        torch.testing.assert_close(after, full[rows, 3:], atol=1e-5, rtol=0)
+
+        rows = torch.tensor([3])  # fewer rows (finished sentences dropped): old row 1
+        cache.reorder(rows)
+        assert cache.batch_size == 1 and cache.cross_k[0].size(0) == 1
+        extra = torch.tensor([5])
+        last = model.decode_step(extra, cache)
+        reference = model.decode(torch.cat([tgt[1:2], extra[None]], 1), memory[1:2], pad[1:2])
+        torch.testing.assert_close(last, reference[:, -1], atol=1e-5, rtol=0)
+
+
+def test_reorder_within_sentences_can_keep_cross_attention():
+    model = make_model()
+    src, tgt = tokens(4, 7), tokens(5, 5)
+    tgt[:, 0] = BOS
+    beam = 2
+    with torch.inference_mode():
+        memory, pad = model.encode(src.repeat_interleave(beam, 0))  # rows: s0 s0 s1 s1
+        full = model.decode(tgt.repeat_interleave(beam, 0), memory, pad)
+        cache = model.init_cache(memory, pad, max_len=6)
+        step_through(model, cache, tgt.repeat_interleave(beam, 0)[:, :2])
+        rows = torch.tensor([1, 1, 3, 2])  # each new row from a row with the same source
+        cache.reorder(rows, cross=False)
+        after = step_through(model, cache, tgt.repeat_interleave(beam, 0)[:, 2:])
+        torch.testing.assert_close(after, full[:, 2:], atol=1e-5, rtol=0)
+        with pytest.raises(ValueError):
+            cache.reorder(torch.tensor([0]), cross=False)
+
+
+def test_full_cache_and_long_cache_are_errors():
+    model = make_model()
+    with torch.inference_mode():
+        memory, pad = model.encode(tokens(3))
+        with pytest.raises(ValueError, match="max_positions"):
+            model.init_cache(memory, pad, max_len=TINY.max_positions + 1)
+        cache = model.init_cache(memory, pad, max_len=1)
+        model.decode_step(torch.tensor([BOS]), cache)
+        with pytest.raises(ValueError, match="full"):
+            model.decode_step(torch.tensor([BOS]), cache)
+
+
+# --------------------------------------------------------------------------- tying
+
+
+def test_tie_modes_share_the_right_parameters():
+    d = TINY.d_model
+    all_ = make_model(replace(TINY, tie_embeddings="all"))
+    assert all_.src_embed.weight is all_.tgt_embed.weight is all_.out_proj.weight
+    dec = make_model(replace(TINY, tie_embeddings="decoder"), src_vocab=30)
+    assert dec.out_proj.weight is dec.tgt_embed.weight
+    assert dec.src_embed.weight is not dec.tgt_embed.weight
+    none = make_model(replace(TINY, tie_embeddings="none"), src_vocab=30)
+    weights = {id(none.src_embed.weight), id(none.tgt_embed.weight), id(none.out_proj.weight)}
+    assert len(weights) == 3
+    # Each shared matrix counts once.
+    assert none.num_parameters() - dec.num_parameters() == VOCAB * d
+    assert dec.num_parameters() - all_.num_parameters() == 30 * d
+    # Pad rows start at zero.
+    for model in (all_, dec, none):
+        assert model.src_embed.weight[PAD].abs().sum() == 0
+        assert model.tgt_embed.weight[PAD].abs().sum() == 0
+    # Sharing survives a state_dict round trip.
+    again = make_model(replace(TINY, tie_embeddings="all"))
+    again.load_state_dict(all_.state_dict())
+    assert again.src_embed.weight is again.out_proj.weight
+    torch.testing.assert_close(again.out_proj.weight, all_.out_proj.weight)
+
+
+def test_tie_all_needs_one_vocabulary():
+    with pytest.raises(ValueError, match="one vocabulary"):
+        Transformer(replace(TINY, tie_embeddings="all"), 30, VOCAB)
+
+
+# --------------------------------------------------------------------------- canary
+
+
+def test_tiny_model_overfits_one_batch():
+    model = make_model(replace(TINY, dropout=0.0, enc_layers=1, dec_layers=1, d_model=32))
+    model.train()
+    src, tgt = tokens(5, 6, 4, 6), tokens(6, 5, 6, 3, total=7)
+    tgt_in, tgt_out = tgt[:, :-1].clone(), tgt[:, 1:]
+    tgt_in[:, 0] = BOS
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(50):
+        loss, _, ntokens = label_smoothed_nll(model(src, tgt_in), tgt_out, 0.0, PAD)
+        optimizer.zero_grad()
+        (loss / ntokens).backward()
+        optimizer.step()
+        losses.append(loss.item() / ntokens)
+    assert losses[0] > 2.5
+    assert losses[-1] < 0.5, losses[::10]  # from ~ln(23) = 3.1; reaches ~0.05
+
+
+def test_bf16_autocast_trains_and_caches():
+    model = make_model(replace(TINY, activation="swiglu"))
+    src, tgt = tokens(4, 7), tokens(5, 5)
+    tgt[:, 0] = BOS
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model.train()(src, tgt)
+    loss, _, _ = label_smoothed_nll(logits, tgt, 0.1, PAD)
+    loss.backward()
+    assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
+    model.eval()
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        memory, pad = model.encode(src)
+        full = model.decode(tgt, memory, pad)
+        cache = model.init_cache(memory, pad, max_len=5)
+        stepped = step_through(model, cache, tgt)
+    assert cache.self_k[0].dtype == torch.bfloat16 and stepped.dtype == torch.float32
+    torch.testing.assert_close(stepped, full.float(), atol=0.05, rtol=0)
