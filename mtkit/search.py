@@ -1,0 +1,410 @@
+"""Greedy and beam search over one model or an ensemble, with incremental decoding.
+
+Conventions shared by both searches:
+
+* A sentence's hypotheses hold at most `cap` tokens (see `max_lengths`); EOS is never part
+  of `tokens`. A hypothesis ends when it emits EOS or when it reaches its cap; at the cap it
+  is kept as it is (no EOS is forced), so its logprob has no EOS term.
+* `logprob` sums the log-probabilities of every symbol the search chose: the tokens, plus
+  EOS when the hypothesis emitted it.
+* The length used by the length penalty is the number of terms in that sum: len(tokens) + 1
+  for a hypothesis that emitted EOS (fairseq's convention: EOS counts), len(tokens) for one
+  cut at its cap. Search step t (0-based) adds the (t+1)-th term, so every hypothesis that
+  ends at step t has length t + 1, and no length exceeds the cap.
+* beam score = logprob / length**lenpen; greedy ranks nothing, so its score = logprob
+  (which is what beam_search reports with lenpen=0).
+* Ensembles average the models' log-probabilities (log_softmax in fp32, mean over models).
+* PAD and BOS are never produced.
+
+Cost: each model encodes the batch once; with use_cache every step runs one new position
+per row; finished sentences leave the batch, so no work is spent on them; the one
+host-device synchronisation per step is the stop check. Models must be in eval mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+# Same ids as mtkit.tokenizer (PAD_ID, BOS_ID, EOS_ID); repeated so search depends only on
+# the model interface. Every search function also takes them as arguments.
+PAD, BOS, EOS = 0, 2, 3
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # target ids, without BOS and EOS
+    score: float  # what the search ranks by: logprob / length**lenpen (greedy: logprob)
+    logprob: float  # sum of the log-probs of the tokens, and of EOS when it was emitted
+
+
+# --------------------------------------------------------------------------- lengths
+
+
+def source_lengths(src: Tensor, pad: int = PAD, bos: int = BOS, eos: int = EOS) -> Tensor:
+    """(B, S) source ids -> (B,) real tokens per sentence: padding, BOS and EOS not counted."""
+    special = (src == pad) | (src == bos) | (src == eos)
+    return (~special).sum(dim=1)
+
+
+def max_lengths(
+    src_lengths: Tensor | Sequence[int], max_len_a: float, max_len_b: int, max_positions: int
+) -> Tensor:
+    """Per-sentence cap on hypothesis tokens (EOS not counted):
+
+        min(int(max_len_a * src_len + max_len_b), max_positions - 1), and at least 1,
+
+    with src_len the real source tokens, without padding or EOS (`source_lengths`).
+    max_positions - 1 because a target of n tokens is trained as BOS + n decoder inputs;
+    the floor of 1 lets even a degenerate a = b = 0 run one step (and emit EOS).
+    """
+    lengths = torch.as_tensor(src_lengths)
+    # float64 and truncation reproduce Python's int(a * len + b) exactly
+    caps = (lengths.double() * max_len_a + max_len_b).trunc().long()
+    return caps.clamp(min=1, max=max_positions - 1)
+
+
+def _caps(models: list[Any], src: Tensor, a: float, b: int, bos: int, eos: int, pad: int) -> Tensor:
+    max_positions = min(m.cfg.max_positions for m in models)
+    return max_lengths(source_lengths(src, pad, bos, eos), a, b, max_positions).to(src.device)
+
+
+# --------------------------------------------------------------------------- the ensemble
+
+
+class _Ensemble:
+    """Steps all models together, row-aligned, and averages their log-probabilities.
+
+    Cached: each model has its own DecoderCache and sees one new token per step.
+    Uncached: each model re-decodes the whole prefix against its encoder output; this is
+    the reference the cache is tested against, and the uncached benchmark.
+    """
+
+    def __init__(self, models: list[Any], src: Tensor, steps: int, use_cache: bool,
+                 never: tuple[int, ...]) -> None:
+        self.models = models
+        self.never = list(never)  # token ids the search must not produce
+        encoded = [m.encode(src) for m in models]  # [(memory (B,S,D), src_pad_mask (B,S))]
+        if use_cache:
+            # The caches keep what decoding needs of the source (the projected memory).
+            self.caches = [m.init_cache(mem, mask, steps) for m, (mem, mask) in zip(
+                models, encoded, strict=True)]
+            self.encoded = None
+        else:
+            self.caches = None
+            self.encoded = encoded
+
+    def log_probs(self, seqs: Tensor, t: int) -> Tensor:
+        """seqs (N, > t): BOS then t tokens per row -> (N, V) fp32 log-probs of the next one."""
+        if self.caches is not None:
+            logits = [m.decode_step(seqs[:, t], cache)
+                      for m, cache in zip(self.models, self.caches, strict=True)]
+        else:
+            logits = [m.decode(seqs[:, : t + 1], mem, mask)[:, -1]
+                      for m, (mem, mask) in zip(self.models, self.encoded, strict=True)]
+        lprobs = [x.float().log_softmax(dim=-1) for x in logits]
+        lprobs = lprobs[0] if len(lprobs) == 1 else torch.stack(lprobs).mean(dim=0)
+        for token in self.never:  # scalar indices: a list would be copied to the device
+            lprobs[:, token] = NEG_INF
+        return lprobs
+
+    def reorder(self, rows: Tensor, same_sources: bool = False) -> None:
+        """Row i becomes old row rows[i] in every model's state.
+
+        same_sources: every new row comes from a row of the same sentence and the row count
+        is unchanged (beam re-ranking), so the source-side tensors can stay as they are.
+        """
+        if self.caches is not None:
+            for cache in self.caches:
+                cache.reorder(rows, cross=not same_sources)
+        elif not same_sources:
+            self.encoded = [(mem.index_select(0, rows), mask.index_select(0, rows))
+                            for mem, mask in self.encoded]
+
+
+def _as_list(models: Any) -> list[Any]:
+    return list(models) if isinstance(models, (list, tuple)) else [models]
+
+
+# --------------------------------------------------------------------------- greedy
+
+
+@torch.inference_mode()
+def greedy_search(
+    models: list[Any],
+    src: Tensor,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    use_cache: bool = True,
+    bos: int = BOS,
+    eos: int = EOS,
+    pad: int = PAD,
+) -> list[Hypothesis]:
+    """The argmax translation of each sentence of src (B, S), in order."""
+    models = _as_list(models)
+    batch = src.size(0)
+    if batch == 0:
+        return []
+    caps = _caps(models, src, max_len_a, max_len_b, bos, eos, pad)  # (B,)
+    steps = int(caps.max())
+    dec = _Ensemble(models, src, steps, use_cache, never=(pad, bos))
+
+    # Live rows: sentence index, BOS + tokens so far, summed log-prob, cap.
+    rows = torch.arange(batch, device=src.device)  # (N,)
+    seqs = src.new_full((batch, steps + 1), pad)  # (N, steps+1)
+    seqs[:, 0] = bos
+    logprob = torch.zeros(batch, device=src.device)  # (N,)
+    # Results by sentence, written when sentences finish.
+    out_seqs, out_logprob = seqs.clone(), logprob.clone()
+    out_len = torch.zeros(batch, dtype=torch.long, device=src.device)
+
+    for t in range(steps):
+        best_lp, best = dec.log_probs(seqs, t).max(dim=-1)  # (N,), (N,)
+        seqs[:, t + 1] = best
+        logprob = logprob + best_lp
+        ended = best == eos
+        done = ended | (caps <= t + 1)
+        keep = (~done).nonzero().squeeze(1)  # the step's one host-device sync
+        if keep.numel() == rows.numel():
+            continue
+        # Store every live row; rows that go on are overwritten when they finish.
+        out_seqs[rows], out_logprob[rows] = seqs, logprob
+        out_len[rows] = t + 1 - ended.long()  # the EOS is not a token
+        if keep.numel() == 0:
+            break
+        rows, seqs, logprob, caps = rows[keep], seqs[keep], logprob[keep], caps[keep]
+        dec.reorder(keep)
+
+    tokens, lengths, logprobs = out_seqs[:, 1:].tolist(), out_len.tolist(), out_logprob.tolist()
+    return [Hypothesis(seq[:n], lp, lp) for seq, n, lp in zip(tokens, lengths, logprobs,
+                                                              strict=True)]
+
+
+# --------------------------------------------------------------------------- beam
+
+
+@dataclass
+class _Finished:
+    """The best `size` finished hypotheses per sentence, best first; empty slots score -inf.
+
+    During the search size = nbest: a hypothesis outside the n-best is never returned.
+    """
+
+    score: Tensor  # (n, size)
+    logprob: Tensor  # (n, size)
+    seqs: Tensor  # (n, size, steps) tokens, pad after the end
+    length: Tensor  # (n, size) tokens (EOS not counted)
+
+    @classmethod
+    def empty(cls, n: int, size: int, steps: int, device: torch.device) -> _Finished:
+        return cls(
+            score=torch.full((n, size), NEG_INF, device=device),
+            logprob=torch.zeros(n, size, device=device),
+            seqs=torch.zeros(n, size, steps, dtype=torch.long, device=device),
+            length=torch.zeros(n, size, dtype=torch.long, device=device),
+        )
+
+    def merge(self, new: _Finished) -> _Finished:
+        """The best of both, as many as this holds, best first."""
+        score = torch.cat([self.score, new.score], dim=1)  # (n, size + beam)
+        best = score.topk(self.score.size(1), dim=1).indices  # (n, size)
+
+        def pick(a: Tensor, b: Tensor) -> Tensor:
+            both = torch.cat([a, b], dim=1)
+            index = best.view(*best.shape, *[1] * (both.dim() - 2)).expand(-1, -1, *both.shape[2:])
+            return both.gather(1, index)
+
+        return _Finished(score.gather(1, best), pick(self.logprob, new.logprob),
+                         pick(self.seqs, new.seqs), pick(self.length, new.length))
+
+    def select(self, keep: Tensor) -> _Finished:
+        return _Finished(self.score[keep], self.logprob[keep], self.seqs[keep], self.length[keep])
+
+    def store(self, rows: Tensor, other: _Finished) -> None:
+        """Write `other` (one entry per live sentence) into this by-sentence table."""
+        self.score[rows], self.logprob[rows] = other.score, other.logprob
+        self.seqs[rows], self.length[rows] = other.seqs, other.length
+
+    def hypotheses(self) -> list[list[Hypothesis]]:
+        score, logprob = self.score.tolist(), self.logprob.tolist()
+        seqs, length = self.seqs.tolist(), self.length.tolist()
+        return [
+            [Hypothesis(s[:n], sc, lp) for s, n, sc, lp in zip(*row, strict=True) if sc > NEG_INF]
+            for row in zip(seqs, length, score, logprob, strict=True)
+        ]
+
+
+@dataclass
+class _Beams:
+    """The live hypotheses of the n unfinished sentences; row i*beam + j is beam j of i."""
+
+    rows: Tensor  # (n,) sentence index in the input batch
+    caps: Tensor  # (n,) token cap
+    logprob: Tensor  # (n, beam) summed log-probs; -inf marks an unused beam
+    seqs: Tensor  # (n*beam, steps+1) BOS + tokens so far
+    finished: _Finished  # the sentences' n-best so far
+
+    @classmethod
+    def start(cls, caps: Tensor, beam: int, nbest: int, steps: int, bos: int,
+              pad: int) -> _Beams:
+        n, device = caps.numel(), caps.device
+        logprob = torch.zeros(n, beam, device=device)
+        logprob[:, 1:] = NEG_INF  # step 0 expands beam 0 only: the beams would be identical
+        seqs = torch.full((n * beam, steps + 1), pad, dtype=torch.long, device=device)
+        seqs[:, 0] = bos
+        return cls(torch.arange(n, device=device), caps, logprob, seqs,
+                   _Finished.empty(n, nbest, steps, device))
+
+    def select(self, keep: Tensor) -> _Beams:
+        beam = self.logprob.size(1)
+        seqs = self.seqs.view(-1, beam, self.seqs.size(1))[keep].view(-1, self.seqs.size(1))
+        return _Beams(self.rows[keep], self.caps[keep], self.logprob[keep], seqs,
+                      self.finished.select(keep))
+
+
+def _top_candidates(logprob: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Best `count` one-token extensions per sentence over all its beams, best first.
+
+    logprob (n, beam), lprobs (n, beam, V) -> value, source beam, token, each (n, count).
+    """
+    n, _, vocab = lprobs.shape
+    total = (logprob.unsqueeze(-1) + lprobs).view(n, -1)  # (n, beam*V)
+    value, index = total.topk(count, dim=1)
+    return value, index // vocab, index % vocab
+
+
+def _beam_rows(source_beam: Tensor, beam: int) -> Tensor:
+    """(n, k) beam index within each sentence -> (n*k,) row in the (n*beam)-row tensors."""
+    offsets = torch.arange(source_beam.size(0), device=source_beam.device).unsqueeze(1) * beam
+    return (offsets + source_beam).view(-1)
+
+
+def _finishing(beams: _Beams, cand: tuple[Tensor, Tensor, Tensor], t: int, eos: int, pad: int,
+               lenpen: float) -> _Finished:
+    """The candidates that end at step t: by EOS, or by reaching the sentence's cap.
+
+    Only the top `beam` candidates may end, as only they would be in the beam: an EOS
+    ranked below the beam is ignored. So beam=1 walks the greedy path and, with lenpen=0,
+    stops where greedy stops (with lenpen > 0 it may go on past greedy's EOS when a longer
+    ending could still score better per term).
+    """
+    beam = beams.logprob.size(1)
+    value, source, token = (x[:, :beam] for x in cand)  # (n, beam)
+    ended = token == eos
+    ends = (ended | (beams.caps <= t + 1).unsqueeze(1)) & value.isfinite()
+    # Whether by EOS (t tokens + EOS) or at the cap (t + 1 tokens): t + 1 terms.
+    score = torch.where(ends, value / (t + 1) ** lenpen, NEG_INF)
+    # (n, beam, steps): the source beam's tokens (a copy, BOS dropped) + the new one
+    seqs = beams.seqs[_beam_rows(source, beam)].view(*source.shape, -1)[:, :, 1:]
+    seqs[:, :, t] = torch.where(ended, pad, token)
+    return _Finished(score, value, seqs, t + 1 - ended.long())
+
+
+def _advance(beams: _Beams, cand: tuple[Tensor, Tensor, Tensor], t: int,
+             eos: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The next live beams: the best `beam` candidates that do not end with EOS.
+
+    Each beam has one EOS candidate, so at most `beam` of the 2*beam candidates are EOS and
+    at least `beam` go on. Returns logprob (n, beam), seqs (n*beam, steps+1) and the
+    (n*beam,) rows they come from (for reordering the decoder state).
+    """
+    value, source, token = cand  # (n, 2*beam)
+    beam, count = beams.logprob.size(1), value.size(1)
+    # Move EOS candidates behind all others; the rest keep their best-first order.
+    order = torch.arange(count, device=value.device) + (token == eos).long() * count
+    pick = order.argsort(dim=1)[:, :beam]  # (n, beam)
+    rows = _beam_rows(source.gather(1, pick), beam)
+    seqs = beams.seqs[rows]
+    seqs[:, t + 1] = token.gather(1, pick).view(-1)
+    return value.gather(1, pick), seqs, rows
+
+
+def _score_bound(logprob: Tensor, shortest: int, longest: Tensor, lenpen: float) -> Tensor:
+    """The best score any finished descendant of a live hypothesis could reach.
+
+    A descendant adds terms that are all <= 0, so its logprob' <= logprob, and its length L
+    lies in [shortest, longest] (longest = the cap). Its score logprob' / L**lenpen is then
+    <= logprob / L**lenpen, which for logprob <= 0 is monotone in L (rising for lenpen > 0,
+    so the bound is logprob / cap**lenpen; falling for lenpen < 0; flat for 0). The larger
+    of the two ends is a bound in every case.
+    """
+    at_longest = logprob / longest.float() ** lenpen
+    at_shortest = logprob / float(shortest) ** lenpen
+    return torch.maximum(at_longest, at_shortest)
+
+
+def _sentence_done(finished: _Finished, logprob: Tensor, caps: Tensor, t: int,
+                   lenpen: float) -> Tensor:
+    """(n,) True where the n-best can no longer change.
+
+    That is: the cap was reached; or no live beam is left; or `nbest` hypotheses have
+    finished and even the best live beam cannot beat the worst of them (_score_bound).
+    A live beam now has t+1 terms, so its descendants have between t+2 and cap.
+
+    Asking for `nbest` rather than `beam` finished hypotheses returns exactly the same
+    n-best, only sooner: every later hypothesis descends from a beam live now, so it
+    scores at most the bound, which cannot beat the n-best we hold.
+    """
+    worst = finished.score[:, -1]  # -inf until `nbest` hypotheses have finished
+    best_live = logprob.max(dim=1).values
+    bound = _score_bound(best_live, t + 2, caps, lenpen)
+    return (caps <= t + 1) | best_live.isneginf() | (worst.isfinite() & (bound <= worst))
+
+
+@torch.inference_mode()
+def beam_search(
+    models: list[Any],
+    src: Tensor,
+    beam: int = 5,
+    lenpen: float = 1.0,
+    nbest: int = 1,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    use_cache: bool = True,
+    bos: int = BOS,
+    eos: int = EOS,
+    pad: int = PAD,
+) -> list[list[Hypothesis]]:
+    """Up to `nbest` hypotheses per sentence of src (B, S), best score first.
+
+    All sentences are searched together as (sentences x beam) rows. Each step extends every
+    live beam by every token, keeps the 2*beam best, sets the ending ones aside (if within
+    the top `beam`) and continues with the best `beam` others.
+    """
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
+    models = _as_list(models)
+    batch = src.size(0)
+    if batch == 0:
+        return []
+    caps = _caps(models, src, max_len_a, max_len_b, bos, eos, pad)  # (B,)
+    steps = int(caps.max())
+    dec = _Ensemble(models, src, steps, use_cache, never=(pad, bos))
+    dec.reorder(torch.arange(batch, device=src.device).repeat_interleave(beam))
+    beams = _Beams.start(caps, beam, nbest, steps, bos, pad)
+    results = _Finished.empty(batch, nbest, steps, src.device)  # by sentence
+
+    for t in range(steps):
+        n = beams.rows.numel()
+        lprobs = dec.log_probs(beams.seqs, t).view(n, beam, -1)  # (n, beam, V)
+        cand = _top_candidates(beams.logprob, lprobs, 2 * beam)
+        finished = beams.finished.merge(_finishing(beams, cand, t, eos, pad, lenpen))
+        logprob, seqs, rows = _advance(beams, cand, t, eos)
+        done = _sentence_done(finished, logprob, beams.caps, t, lenpen)
+        beams = _Beams(beams.rows, beams.caps, logprob, seqs, finished)
+        keep = (~done).nonzero().squeeze(1)  # the step's one host-device sync
+        if keep.numel() == n:
+            dec.reorder(rows, same_sources=True)
+            continue
+        results.store(beams.rows, finished)  # final for the done; live ones are rewritten
+        if keep.numel() == 0:
+            break
+        beams = beams.select(keep)
+        dec.reorder(rows.view(n, beam)[keep].view(-1))
+    return results.hypotheses()
