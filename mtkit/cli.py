@@ -1,0 +1,376 @@
+"""The `mtkit` command: a thin typer layer over plain functions.
+
+Every command parses its options, calls one function and maps an MtkitError to a
+one-line message on stderr with exit code 2 (no traceback unless --debug). Data goes
+to stdout, everything else to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from . import __version__
+from .errors import ConfigError, MtkitError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="mtkit: neural machine translation from raw text to a scored model.",
+)
+log = logging.getLogger("mtkit")
+_debug = False
+
+RecipeArg = typer.Argument(None, help="The recipe YAML file.", show_default=False)
+RunDirOpt = typer.Option(None, "--run-dir", help="Run directory [default: runs/RECIPE_STEM].")
+SetOpt = typer.Option(
+    None, "--set", help="Override a recipe key, e.g. --set train.lr=0.001 (repeatable)."
+)
+DeviceOpt = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto.")
+ThreadsOpt = typer.Option(0, "--threads", help="CPU threads for torch (0 = default).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mtkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    quiet_logs: bool = typer.Option(False, "--quiet-logs", help="Only warnings on stderr."),
+) -> None:
+    global _debug
+    _debug = debug
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", "%H:%M:%S"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.WARNING if quiet_logs else logging.INFO)
+    log.propagate = False
+
+
+def _recipe(recipe: Path | None, overrides: list[str] | None, check_files: bool = True):
+    from .config import load_recipe
+
+    if recipe is None:
+        raise ConfigError("a recipe file is required (or the flags that replace it; see --help)")
+    return load_recipe(recipe, overrides or [], check_files=check_files)
+
+
+def _run_dir(recipe_path: Path, run_dir: Path | None) -> Path:
+    return run_dir if run_dir is not None else Path("runs") / recipe_path.stem
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@app.command("spm-train")
+def spm_train(
+    recipe: Path | None = RecipeArg,
+    run_dir: Path | None = RunDirOpt,
+    overrides: list[str] | None = SetOpt,
+    inputs: list[Path] | None = typer.Option(None, "--input", help="Text file (repeatable)."),
+    model_prefix: Path | None = typer.Option(None, "--model-prefix", help="Writes PREFIX.model."),
+    vocab_size: int = typer.Option(8000, "--vocab-size"),
+    model_type: str = typer.Option("unigram", "--model-type", help="unigram or bpe."),
+    character_coverage: float = typer.Option(0.9995, "--character-coverage"),
+    input_sentence_size: int = typer.Option(1_000_000, "--input-sentence-size"),
+) -> None:
+    """Train the SentencePiece tokenizer (from a recipe or from flags)."""
+    from .tokenizer import train_recipe_tokenizer, train_sentencepiece
+
+    if recipe is not None:
+        loaded = _recipe(recipe, overrides)
+        out_dir = _run_dir(recipe, run_dir) / "tokenizer"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        train_recipe_tokenizer(loaded, out_dir)
+        log.info("tokenizer written to %s", out_dir)
+        return
+    if not inputs or model_prefix is None:
+        raise ConfigError("spm-train: give a recipe, or --input FILE and --model-prefix PREFIX")
+    if model_type not in ("unigram", "bpe"):
+        raise ConfigError(f"--model-type {model_type}: expected unigram or bpe")
+    path = train_sentencepiece(
+        list(inputs),
+        model_prefix,
+        vocab_size,
+        model_type,
+        character_coverage,
+        input_sentence_size,
+    )
+    log.info("tokenizer written to %s", path)
+
+
+@app.command()
+def binarize(
+    recipe: Path | None = RecipeArg,
+    run_dir: Path | None = RunDirOpt,
+    overrides: list[str] | None = SetOpt,
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="SentencePiece model."),
+    tgt_tokenizer: Path | None = typer.Option(
+        None, "--tgt-tokenizer", help="Target-side model when vocabularies are separate."
+    ),
+    src: Path | None = typer.Option(None, "--src", help="Source text file."),
+    tgt: Path | None = typer.Option(None, "--tgt", help="Target text file."),
+    split: str = typer.Option("train", "--split", help="Split name for --src/--tgt."),
+    out: Path | None = typer.Option(None, "--out", help="Output directory."),
+    workers: int = typer.Option(0, "--workers", help="Encoding processes (0 = all cores)."),
+    max_len: int = typer.Option(256, "--max-len", help="Drop training pairs longer than this."),
+    max_ratio: float = typer.Option(3.0, "--max-ratio", help="Drop pairs with a larger ratio."),
+) -> None:
+    """Encode parallel text into memory-mapped token arrays."""
+    from .data import binarize as binarize_files
+    from .pipeline import binarize_recipe
+    from .tokenizer import Tokenizer
+
+    if recipe is not None:
+        binarize_recipe(_recipe(recipe, overrides), _run_dir(recipe, run_dir), workers)
+        return
+    if tokenizer is None or src is None or tgt is None or out is None:
+        raise ConfigError("binarize: give a recipe, or --tokenizer, --src, --tgt and --out")
+    tok = Tokenizer.from_files(tokenizer, tgt_tokenizer)
+    binarize_files(tok, {split: (src, tgt)}, out, workers, max_len, max_ratio)
+    log.info("binarised data written to %s", out)
+
+
+@app.command()
+def train(
+    recipe: Path | None = RecipeArg,
+    run_dir: Path | None = RunDirOpt,
+    overrides: list[str] | None = SetOpt,
+    restart: bool = typer.Option(False, "--restart", help="Discard the run's training state."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved recipe and exit."),
+    until: str | None = typer.Option(
+        None, "--until", help="Stop after this stage: tokenizer, binarize, train, average, eval."
+    ),
+    device: str = DeviceOpt,
+    threads: int = ThreadsOpt,
+) -> None:
+    """Run the recipe pipeline: tokenizer, binarise, train, average, evaluate."""
+    from .pipeline import STAGES, run_pipeline
+    from .runtime import set_threads
+
+    loaded = _recipe(recipe, overrides)
+    if dry_run:
+        sys.stdout.write(loaded.to_yaml())
+        return
+    if until is not None and until not in STAGES:
+        raise ConfigError(f"--until {until}: expected one of {', '.join(STAGES)}")
+    set_threads(threads or loaded.train.threads)
+    run_pipeline(loaded, _run_dir(recipe, run_dir), until=until, restart=restart, device=device)
+
+
+@app.command()
+def average(
+    checkpoints: list[Path] | None = typer.Argument(None, help="Checkpoints to average."),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the average."),
+    last: int = typer.Option(0, "--last", help="Average the last K step checkpoints of RUN_DIR."),
+) -> None:
+    """Average the weights of several checkpoints into one model."""
+    from .checkpoint import average_checkpoints, save_checkpoint
+    from .train import RunPaths
+
+    paths = list(checkpoints or [])
+    if last:
+        if len(paths) != 1 or not paths[0].is_dir():
+            raise ConfigError("average --last K takes exactly one run directory")
+        paths = RunPaths(paths[0]).step_checkpoints()[-last:]
+        if not paths:
+            raise ConfigError(f"average: no step checkpoints in {checkpoints[0]}/checkpoints")
+    if not paths:
+        raise ConfigError("average: give checkpoint files, or --last K RUN_DIR")
+    save_checkpoint(output, average_checkpoints(paths))
+    log.info("averaged %d checkpoints into %s", len(paths), output)
+
+
+@app.command()
+def translate(
+    models: list[Path] = typer.Option(..., "-m", "--model", help="Model file (repeat: ensemble)."),
+    beam: int | None = typer.Option(None, "--beam", help="Beam size (1 = greedy)."),
+    lenpen: float | None = typer.Option(None, "--lenpen", help="Length penalty exponent."),
+    nbest: int = typer.Option(1, "--nbest", help="Hypotheses per input (TSV when > 1)."),
+    max_len_a: float | None = typer.Option(None, "--max-len-a"),
+    max_len_b: int | None = typer.Option(None, "--max-len-b"),
+    max_tokens: int = typer.Option(4096, "--max-tokens", help="Source tokens per batch."),
+    device: str = DeviceOpt,
+    threads: int = ThreadsOpt,
+    input_file: Path | None = typer.Option(None, "--input", help="Read this file, not stdin."),
+    output_file: Path | None = typer.Option(None, "--output", help="Write here, not stdout."),
+    scores: bool = typer.Option(False, "--scores", help="Append TAB + hypothesis score."),
+    quiet: bool = typer.Option(False, "--quiet", help="No summary line on stderr."),
+) -> None:
+    """Translate lines from stdin (or --input) to stdout (or --output)."""
+    from .runtime import resolve_device, set_threads
+    from .translate import DecodeOptions, Translator, load_models, translate_stream
+
+    set_threads(threads)
+    torch_device = resolve_device(device)
+    loaded, tokenizer, recipe = load_models(models, torch_device)
+    d = recipe.decode
+    options = DecodeOptions(
+        beam=beam if beam is not None else d.beam,
+        lenpen=lenpen if lenpen is not None else d.lenpen,
+        nbest=nbest,
+        max_len_a=max_len_a if max_len_a is not None else d.max_len_a,
+        max_len_b=max_len_b if max_len_b is not None else d.max_len_b,
+        max_tokens=max_tokens,
+        scores=scores,
+    )
+    if options.beam < 1 or options.nbest < 1 or options.nbest > options.beam:
+        raise ConfigError("--nbest must be between 1 and --beam, and --beam at least 1")
+    translator = Translator(loaded, tokenizer, options, torch_device)
+    in_fd = _open_input(input_file)
+    if output_file is not None:
+        from .checkpoint import atomic_write
+
+        atomic_write(output_file, lambda f: translate_stream(translator, in_fd, f))
+    else:
+        translate_stream(translator, in_fd, sys.stdout.buffer)
+    if not quiet:
+        sys.stderr.write(translator.stats.summary() + "\n")
+
+
+def _open_input(path: Path | None) -> int:
+    if path is None:
+        return sys.stdin.fileno()
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise ConfigError(f"--input {path}: cannot read ({exc.strerror})") from None
+
+
+@app.command()
+def score(
+    refs: list[Path] = typer.Option(..., "--ref", "-r", help="Reference file (repeatable)."),
+    systems: list[Path] | None = typer.Option(
+        None, "-s", "--system", help="System output to compare (repeat; the first is baseline)."
+    ),
+    hyp: Path | None = typer.Option(None, "--hyp", "-i", help="Hypotheses (default stdin)."),
+    metrics: str = typer.Option("bleu,chrf", "--metrics", "-m", help="bleu, chrf, ter."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    tokenize: str | None = typer.Option(None, "--tokenize", help="sacrebleu tokenizer."),
+    lowercase: bool = typer.Option(False, "--lowercase", "-lc"),
+    tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="Target language code."),
+    paired_ar: bool = typer.Option(
+        False, "--paired-ar", help="Approximate randomisation instead of bootstrap."
+    ),
+) -> None:
+    """Score hypotheses against references with sacrebleu (BLEU, chrF, TER)."""
+    from .data import read_lines
+    from .metrics import compare_systems, corpus_scores
+
+    names = tuple(m.strip().lower() for m in metrics.split(",") if m.strip())
+    for name in names:
+        if name not in ("bleu", "chrf", "ter"):
+            raise ConfigError(f"--metrics {metrics}: unknown metric {name!r}; use bleu, chrf, ter")
+    ref_lines = [list(read_lines(r)) for r in refs]
+    ref_names = [str(r) for r in refs]
+    if systems:
+        system_lines = {str(s): list(read_lines(s)) for s in systems}
+        rows = compare_systems(
+            system_lines,
+            ref_lines,
+            names,
+            method="ar" if paired_ar else "bootstrap",
+            tokenize=tokenize,
+            lowercase=lowercase,
+            tgt_lang=tgt_lang,
+            ref_names=ref_names,
+        )
+        _print_rows(rows, as_json)
+        return
+    hyps = list(read_lines(hyp)) if hyp is not None else _stdin_lines()
+    results = corpus_scores(
+        hyps,
+        ref_lines,
+        names,
+        tokenize=tokenize,
+        lowercase=lowercase,
+        tgt_lang=tgt_lang,
+        ref_names=ref_names,
+    )
+    if as_json:
+        payload = [{"name": s.name, "score": s.score, "signature": s.signature} for s in results]
+        sys.stdout.write(json.dumps(payload, indent=1) + "\n")
+    else:
+        sys.stdout.write("".join(f"{s.text}\n" for s in results))
+
+
+def _stdin_lines() -> list[str]:
+    data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"<stdin>:{line}: invalid UTF-8 in the hypotheses") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _print_rows(rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return
+    for row in rows:
+        ci = row.get("ci")
+        ci_text = f" ± {ci:.2f}" if isinstance(ci, (int, float)) else ""
+        p = row.get("p_value")
+        p_text = f"  p = {p:.4f}" if p is not None else "  (baseline)"
+        sys.stdout.write(f"{row['name']}\t{row['metric']}\t{row['score']:.2f}{ci_text}{p_text}\n")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except MtkitError as exc:
+        if _debug:
+            raise
+        sys.stderr.write(f"mtkit: error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    except KeyboardInterrupt:
+        sys.stderr.write("mtkit: interrupted\n")
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.stderr.write("mtkit: aborted\n")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - click usage errors arrive here too
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+def _quiet_broken_pipe() -> None:
+    """`mtkit translate ... | head -1`: stop quietly, as Unix tools do."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+    sys.exit(141)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,301 @@
+"""The recipe pipeline: tokenizer -> binarise -> train -> average -> evaluate.
+
+Each stage writes a stamp describing its inputs (content fingerprints and settings);
+a stage runs only when its stamp differs from what the recipe asks now, so running the
+same command twice does no work the second time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import (
+    atomic_write,
+    average_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    without_train_state,
+)
+from .config import Recipe
+from .data import binarize, file_fingerprint, load_manifest, read_lines
+from .errors import ConfigError
+from .tokenizer import Tokenizer, load_recipe_tokenizer, train_recipe_tokenizer
+from .train import RunPaths, train, training_complete
+
+log = logging.getLogger("mtkit")
+
+STAGES = ("tokenizer", "binarize", "train", "average", "eval")
+
+
+def run_pipeline(
+    recipe: Recipe,
+    run_dir: Path,
+    until: str | None = None,
+    restart: bool = False,
+    device: str = "auto",
+) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _claim_run_dir(recipe, run_dir)
+    steps = [
+        ("tokenizer", lambda: tokenizer_stage(recipe, run_dir)),
+        ("binarize", lambda: binarize_stage(recipe, run_dir)),
+        ("train", lambda: train_stage(recipe, run_dir, restart, device)),
+        ("average", lambda: average_stage(recipe, run_dir)),
+        ("eval", lambda: eval_stage(recipe, run_dir, device)),
+    ]
+    timings = {}
+    for name, stage in steps:
+        start = time.perf_counter()
+        stage()
+        timings[name] = round(time.perf_counter() - start, 1)
+        if name == until:
+            log.info("stopping after stage %s (--until)", name)
+            break
+    log.info("stage wall times (s): %s", ", ".join(f"{k} {v}" for k, v in timings.items()))
+
+
+def _claim_run_dir(recipe: Recipe, run_dir: Path) -> None:
+    """A run directory belongs to one recipe name; refuse to mix two in one place."""
+    owner_file = run_dir / "recipe.yaml"
+    owner_name = run_dir / "recipe.name"
+    if owner_name.is_file():
+        owner = owner_name.read_text(encoding="utf-8").strip()
+        if owner != recipe.name:
+            raise ConfigError(
+                f"{run_dir}: this run directory belongs to recipe '{owner}', not "
+                f"'{recipe.name}'; use another --run-dir"
+            )
+    else:
+        atomic_write(owner_name, lambda f: f.write(recipe.name.encode() + b"\n"))
+    atomic_write(owner_file, lambda f: f.write(recipe.to_yaml().encode("utf-8")))
+
+
+# --------------------------------------------------------------------------- stamps
+
+
+def _read_stamp(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _write_stamp(path: Path, stamp: dict[str, Any]) -> None:
+    atomic_write(path, lambda f: f.write(json.dumps(stamp, indent=1).encode("utf-8")))
+
+
+def _skip(stage: str, why: str) -> None:
+    log.info("[%s] skipped: %s", stage, why)
+
+
+def _run(stage: str, why: str) -> None:
+    log.info("[%s] running: %s", stage, why)
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def tokenizer_stage(recipe: Recipe, run_dir: Path) -> Tokenizer:
+    out_dir = run_dir / "tokenizer"
+    stamp_path = out_dir / "stamp.json"
+    train_files = [recipe.data.train.src, recipe.data.train.tgt]
+    stamp = {
+        "settings": asdict(recipe.tokenizer),
+        "inputs": [file_fingerprint(p) for p in train_files],
+    }
+    old = _read_stamp(stamp_path)
+    if old == stamp:
+        try:
+            tokenizer = load_recipe_tokenizer(out_dir, recipe.tokenizer.joint)
+            _skip("tokenizer", "settings and training text unchanged")
+            return tokenizer
+        except Exception:  # noqa: BLE001 - a damaged model file is simply rebuilt
+            old = None
+    _run("tokenizer", "no tokenizer yet" if old is None else "settings or training text changed")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp_path.unlink(missing_ok=True)
+    tokenizer = train_recipe_tokenizer(recipe, out_dir)
+    _write_stamp(stamp_path, stamp)
+    return tokenizer
+
+
+def _splits(recipe: Recipe) -> dict[str, tuple[Path, Path]]:
+    splits = {"train": (recipe.data.train.src, recipe.data.train.tgt)}
+    if recipe.data.valid is not None:
+        splits["valid"] = (recipe.data.valid.src, recipe.data.valid.tgt)
+    return splits
+
+
+def binarize_recipe(recipe: Recipe, run_dir: Path, workers: int = 0) -> dict[str, Any]:
+    """Binarise the recipe's train/valid splits with its (already trained) tokenizer."""
+    tokenizer = load_recipe_tokenizer(run_dir / "tokenizer", recipe.tokenizer.joint)
+    return binarize(
+        tokenizer,
+        _splits(recipe),
+        run_dir / "data",
+        workers,
+        recipe.data.max_len,
+        recipe.data.max_ratio,
+    )
+
+
+def data_fingerprints(manifest: dict[str, Any]) -> dict[str, str]:
+    """What identifies the training data in checkpoints: tokenizer + train files."""
+    train = manifest["splits"]["train"]
+    return {
+        "tokenizer": manifest["tokenizer"],
+        "train.src": train["src"]["fingerprint"],
+        "train.tgt": train["tgt"]["fingerprint"],
+    }
+
+
+def binarize_stage(recipe: Recipe, run_dir: Path) -> dict[str, Any]:
+    tokenizer = load_recipe_tokenizer(run_dir / "tokenizer", recipe.tokenizer.joint)
+    manifest = load_manifest(run_dir / "data")
+    why = _binarize_staleness(recipe, tokenizer, manifest)
+    if not why:
+        _skip("binarize", "tokenizer, data files and filters unchanged")
+        return manifest
+    _run("binarize", why)
+    return binarize_recipe(recipe, run_dir)
+
+
+def _binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: dict | None) -> str:
+    if manifest is None:
+        return "no binarised data yet"
+    if manifest.get("tokenizer") != tokenizer.fingerprint():
+        return "the tokenizer changed"
+    if manifest.get("filters") != {
+        "max_len": recipe.data.max_len,
+        "max_ratio": recipe.data.max_ratio,
+    }:
+        return "data.max_len or data.max_ratio changed"
+    splits = _splits(recipe)
+    if set(manifest["splits"]) != set(splits):
+        return "the recipe's splits changed"
+    for name, (src, tgt) in splits.items():
+        for side, path in (("src", src), ("tgt", tgt)):
+            if manifest["splits"][name][side]["fingerprint"] != file_fingerprint(path):
+                return f"{path} changed"
+    return ""
+
+
+def train_stage(recipe: Recipe, run_dir: Path, restart: bool, device: str) -> None:
+    if not restart:
+        done = training_complete(recipe, run_dir)
+        if done:
+            _skip("train", f"training complete ({done})")
+            return
+    manifest = load_manifest(run_dir / "data")
+    tokenizer = load_recipe_tokenizer(run_dir / "tokenizer", recipe.tokenizer.joint)
+    resuming = RunPaths(run_dir).last.is_file() and not restart
+    _run("train", "resuming the run" if resuming else "starting a new run")
+    train(
+        recipe, run_dir, tokenizer, run_dir / "data", data_fingerprints(manifest), device, restart
+    )
+
+
+def average_stage(recipe: Recipe, run_dir: Path) -> Path:
+    paths = RunPaths(run_dir)
+    k = recipe.train.average_last
+    if k > 0:
+        sources = paths.step_checkpoints()[-k:]
+    else:
+        sources = [paths.best if paths.best.is_file() else paths.last]
+    target = run_dir / "model.pt"
+    stamp_path = run_dir / "model.stamp.json"
+    stamp = {"sources": [[p.name, file_fingerprint(p)] for p in sources]}
+    if target.is_file() and _read_stamp(stamp_path) == stamp:
+        _skip("average", "model.pt is up to date with its checkpoints")
+        return target
+    if k > 0:
+        _run("average", f"averaging {len(sources)} checkpoints into model.pt")
+        bundle = average_checkpoints(sources)
+    else:
+        _run("average", f"train.average_last is 0: model.pt is {sources[0].name}")
+        bundle = without_train_state(load_checkpoint(sources[0]))
+    stamp_path.unlink(missing_ok=True)
+    save_checkpoint(target, bundle)
+    _write_stamp(stamp_path, stamp)
+    return target
+
+
+def eval_stage(recipe: Recipe, run_dir: Path, device: str) -> dict[str, Any] | None:
+    from .metrics import corpus_scores
+    from .runtime import resolve_device
+    from .translate import DecodeOptions, Translator, load_models
+
+    if not recipe.data.test:
+        _skip("eval", "the recipe has no data.test sets")
+        return None
+    model_path = run_dir / "model.pt"
+    eval_dir = run_dir / "eval"
+    scores_path = eval_dir / "scores.json"
+    stamp = {
+        "model": file_fingerprint(model_path),
+        "decode": asdict(recipe.decode),
+        "tests": [[file_fingerprint(t.src), file_fingerprint(t.tgt)] for t in recipe.data.test],
+    }
+    old = _read_stamp(scores_path)
+    if old is not None and old.get("stamp") == stamp:
+        _skip("eval", "scores.json is up to date with model.pt and the test sets")
+        return old
+    _run("eval", f"translating {len(recipe.data.test)} test set(s) with model.pt")
+    torch_device = resolve_device(device)
+    models, tokenizer, _ = load_models([model_path], torch_device)
+    d = recipe.decode
+    options = DecodeOptions(
+        beam=d.beam,
+        lenpen=d.lenpen,
+        max_len_a=d.max_len_a,
+        max_len_b=d.max_len_b,
+        max_tokens=recipe.train.max_tokens,
+    )
+    translator = Translator(models, tokenizer, options, torch_device)
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for test in recipe.data.test:
+        sources = list(read_lines(test.src))
+        refs = list(read_lines(test.tgt))
+        start = time.perf_counter()
+        hyps = [h[0] for h in translator.format(translator.translate(sources), 0)]
+        seconds = time.perf_counter() - start
+        hyp_path = eval_dir / f"{test.src.name}.hyp.{recipe.data.langs.tgt}"
+        text = "".join(h + "\n" for h in hyps).encode("utf-8")
+        atomic_write(hyp_path, lambda f, text=text: f.write(text))
+        scores = corpus_scores(
+            hyps,
+            [refs],
+            ("bleu", "chrf"),
+            tgt_lang=recipe.data.langs.tgt,
+            ref_names=[str(test.tgt)],
+        )
+        results.append(
+            {
+                "src": str(test.src),
+                "ref": str(test.tgt),
+                "hyp": str(hyp_path),
+                "lines": len(hyps),
+                "seconds": round(seconds, 1),
+                "scores": {
+                    s.name: {"score": round(s.score, 2), "signature": s.signature} for s in scores
+                },
+            }
+        )
+    report = {"stamp": stamp, "results": results}
+    _write_stamp(scores_path, report)
+    _print_table(results)
+    return report
+
+
+def _print_table(results: list[dict[str, Any]]) -> None:
+    for r in results:
+        parts = [f"{name} {v['score']:.2f}" for name, v in r["scores"].items()]
+        log.info("[eval] %s (%d lines): %s", Path(r["src"]).name, r["lines"], " | ".join(parts))
+        for name, v in r["scores"].items():
+            log.info("[eval]   %s signature: %s", name, v["signature"])

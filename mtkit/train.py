@@ -1,0 +1,657 @@
+"""The training loop: batches -> label-smoothed loss -> Adam update, with validation,
+checkpoints and exact resume.
+
+Resume is exact: a checkpoint is written only between updates and holds the optimiser,
+the step, the sampler's position and every RNG state, so N steps in one go and N/2 + N/2
+steps with a restart in between give bit-identical weights.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .checkpoint import load_checkpoint, make_bundle, save_checkpoint, without_train_state
+from .config import Recipe
+from .data import BatchSampler, ParallelData, make_batch, token_batches
+from .errors import ConfigError, MtkitError
+from .loss import label_smoothed_nll
+from .metrics import corpus_scores
+from .model import Transformer
+from .runtime import resolve_device
+from .schedule import inverse_sqrt_lr
+from .search import greedy_search
+from .tokenizer import PAD_ID, Tokenizer
+
+log = logging.getLogger("mtkit")
+
+
+class Interrupted(MtkitError):
+    """SIGINT/SIGTERM: the run was checkpointed and can be resumed."""
+
+    def __init__(self, signum: int):
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"{name} received: training state saved to checkpoint_last.pt; "
+            "run the same command again to resume"
+        )
+        self.exit_code = 128 + signum
+
+
+class TrainingDiverged(MtkitError):
+    exit_code = 1
+
+
+@dataclass
+class Progress:
+    """Everything besides weights and optimiser that a resumed run needs."""
+
+    step: int = 0
+    epoch: int = 1
+    elapsed: float = 0.0  # training wall clock, summed over all resumed runs
+    best_score: float | None = None
+    best_step: int = 0
+    validations_without_improvement: int = 0
+    sampler: dict[str, int] = field(default_factory=dict)
+    finished: str = ""  # why training stopped; empty while it can go on
+
+
+@dataclass
+class RunPaths:
+    run_dir: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def last(self) -> Path:
+        return self.checkpoints / "checkpoint_last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.checkpoints / "checkpoint_best.pt"
+
+    def step(self, step: int) -> Path:
+        return self.checkpoints / f"checkpoint_{step}.pt"
+
+    def step_checkpoints(self) -> list[Path]:
+        """Step checkpoints, oldest first."""
+        found = []
+        for path in self.checkpoints.glob("checkpoint_*.pt"):
+            suffix = path.stem.split("_", 1)[1]
+            if suffix.isdigit():
+                found.append((int(suffix), path))
+        return [path for _, path in sorted(found)]
+
+    @property
+    def metrics(self) -> Path:
+        return self.run_dir / "metrics.jsonl"
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+def stop_reason(recipe: Recipe, progress: Progress, epoch_done: bool = False) -> str:
+    cfg = recipe.train
+    if cfg.max_steps and progress.step >= cfg.max_steps:
+        return f"reached max_steps {cfg.max_steps}"
+    if cfg.max_epochs and (progress.epoch > cfg.max_epochs):
+        return f"reached max_epochs {cfg.max_epochs}"
+    if cfg.max_time and progress.elapsed >= cfg.max_time:
+        return f"reached max_time {cfg.max_time:g}s"
+    if cfg.patience and progress.validations_without_improvement >= cfg.patience:
+        return f"no improvement in {cfg.patience} validations (patience)"
+    return ""
+
+
+def training_complete(recipe: Recipe, run_dir: Path) -> str:
+    """Why the run in run_dir needs no more training under this recipe ('' if it does)."""
+    paths = RunPaths(run_dir)
+    if not paths.last.is_file():
+        return ""
+    bundle = load_checkpoint(paths.last)
+    progress = Progress(**bundle["train_state"]["progress"])
+    return stop_reason(recipe, progress)
+
+
+# --------------------------------------------------------------------------- the trainer
+
+
+class Trainer:
+    def __init__(
+        self,
+        recipe: Recipe,
+        run_dir: Path,
+        tokenizer: Tokenizer,
+        data_dir: Path,
+        data_fingerprints: dict[str, str],
+        device: str = "auto",
+    ):
+        self.recipe = recipe
+        self.cfg = recipe.train
+        self.paths = RunPaths(run_dir)
+        self.tokenizer = tokenizer
+        self.data_fingerprints = data_fingerprints
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        self.device = resolve_device(device)
+        if self.device.type == "cuda" and self.world_size > 1:
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+
+        self.train_data = ParallelData(data_dir, "train")
+        self.valid_data = ParallelData(data_dir, "valid") if recipe.data.valid else None
+        self.sampler = BatchSampler(
+            self.train_data.src_lens,
+            self.train_data.tgt_lens,
+            self.cfg.max_tokens,
+            seed=self.cfg.seed,
+            shuffle=True,
+            rank=self.rank,
+            world_size=self.world_size,
+        )
+        self.sampler.set_epoch(1)  # epochs count from 1, as users read them
+        _seed_everything(self.cfg.seed)
+        self.model = Transformer(
+            recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID
+        ).to(self.device)
+        self.ddp_model = self.model
+        if self.world_size > 1:
+            self.ddp_model = torch.nn.parallel.DistributedDataParallel(self.model)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=self.cfg.lr,
+            betas=self.cfg.adam_betas,
+            eps=self.cfg.adam_eps,
+            weight_decay=self.cfg.weight_decay,
+        )
+        self.max_len = recipe.model.max_positions - 1  # tokens per side before EOS/BOS
+        self.progress = Progress()
+        self.signal_received = 0
+        self.bad_steps = 0
+
+    # ------------------------------------------------------------------ state
+
+    def resume(self) -> bool:
+        """Load checkpoint_last.pt if there is one; refuse when the run is incompatible."""
+        if not self.paths.last.is_file():
+            return False
+        bundle = load_checkpoint(self.paths.last, map_location="cpu")
+        self._check_same_run(bundle)
+        state = bundle["train_state"]
+        self.model.load_state_dict(bundle["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.progress = Progress(**state["progress"])
+        self.progress.finished = ""
+        self.sampler.load_state_dict(self.progress.sampler)
+        _set_rng_states(state["rng"])
+        _truncate_metrics(self.paths.metrics, self.progress.step)
+        log.info(
+            "resuming from %s at step %d (epoch %d, %.0fs trained)",
+            self.paths.last,
+            self.progress.step,
+            self.progress.epoch,
+            self.progress.elapsed,
+        )
+        return True
+
+    def _check_same_run(self, bundle: dict[str, Any]) -> None:
+        where = self.paths.run_dir
+        if bundle["recipe"]["model"] != self.recipe.to_dict()["model"]:
+            old, new = bundle["recipe"]["model"], self.recipe.to_dict()["model"]
+            changed = ", ".join(f"model.{k}" for k in new if old.get(k) != new[k])
+            raise ConfigError(
+                f"{where}: the recipe's model section changed since this run started "
+                f"({changed}); use --restart to train from scratch, or another --run-dir"
+            )
+        if (bundle["spm_src"], bundle["spm_tgt"]) != (
+            self.tokenizer.src_bytes,
+            self.tokenizer.tgt_bytes,
+        ):
+            raise ConfigError(
+                f"{where}: the tokenizer changed since this run started; "
+                "use --restart to train from scratch, or another --run-dir"
+            )
+        if bundle["data_fingerprints"] != self.data_fingerprints:
+            raise ConfigError(
+                f"{where}: the training data changed since this run started; "
+                "use --restart to train from scratch, or another --run-dir"
+            )
+
+    def _bundle(self, with_train_state: bool) -> dict[str, Any]:
+        train_state = None
+        if with_train_state:
+            self.progress.sampler = self.sampler.state_dict()
+            train_state = {
+                "optimizer": self.optimizer.state_dict(),
+                "progress": vars(self.progress).copy(),
+                "rng": _get_rng_states(),
+            }
+        return make_bundle(
+            {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            self.recipe.to_dict(),
+            self.tokenizer.src_bytes,
+            self.tokenizer.tgt_bytes,
+            self.data_fingerprints,
+            train_state,
+        )
+
+    def save(self, step_checkpoint: bool) -> None:
+        if self.rank != 0:
+            return
+        self.paths.checkpoints.mkdir(parents=True, exist_ok=True)
+        bundle = self._bundle(with_train_state=True)
+        if step_checkpoint and self.cfg.keep_last > 0:
+            save_checkpoint(self.paths.step(self.progress.step), without_train_state(bundle))
+            for old in self.paths.step_checkpoints()[: -self.cfg.keep_last]:
+                old.unlink(missing_ok=True)
+        save_checkpoint(self.paths.last, bundle)
+
+    # ------------------------------------------------------------------ the loop
+
+    def fit(self) -> Progress:
+        cfg = self.cfg
+        reason = stop_reason(self.recipe, self.progress)
+        if reason:
+            log.info("training already complete (%s)", reason)
+            self.progress.finished = reason
+            return self.progress
+        self.paths.run_dir.mkdir(parents=True, exist_ok=True)
+        previous_handlers = self._install_signal_handlers()
+        start = time.monotonic() - self.progress.elapsed
+        meter = _Meter()
+        batches = iter(self.sampler)
+        bar = _progress_bar(cfg.max_steps, self.progress.step)
+        try:
+            while True:
+                group, batches = self._next_group(batches)
+                if group is None:  # the last epoch ended
+                    self.progress.finished = stop_reason(self.recipe, self.progress)
+                    break
+                self._update(group, meter)
+                self.progress.elapsed = time.monotonic() - start
+                step = self.progress.step
+                if step % cfg.log_every == 0:
+                    self._log_train(meter, bar)
+                if step % cfg.valid_every == 0:
+                    self._validate()
+                self.progress.elapsed = time.monotonic() - start
+                self.progress.finished = stop_reason(self.recipe, self.progress)
+                if self.progress.finished:
+                    break
+                if step % cfg.save_every == 0:
+                    self.save(step_checkpoint=True)
+                if self.signal_received:
+                    self.save(step_checkpoint=False)
+                    raise Interrupted(self.signal_received)
+            self._finish()
+        finally:
+            if bar is not None:
+                bar.close()
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
+        log.info(
+            "training stopped at step %d, epoch %d after %.0fs: %s",
+            self.progress.step,
+            self.progress.epoch,
+            self.progress.elapsed,
+            self.progress.finished,
+        )
+        return self.progress
+
+    def _finish(self) -> None:
+        """Validate and save the final state unless the last step just did."""
+        step = self.progress.step
+        if self.valid_data is not None and step % self.cfg.valid_every != 0:
+            self._validate()
+        self.save(step_checkpoint=not self.paths.step(step).exists())
+
+    def _next_group(self, batches):
+        """The next `update_freq` batches; rolls over epochs; None when max_epochs is reached."""
+        group: list[list[int]] = []
+        while len(group) < self.cfg.update_freq:
+            indices = next(batches, None)
+            if indices is not None:
+                group.append(indices)
+                continue
+            if group:  # an update never spans two epochs
+                break
+            self.progress.epoch += 1
+            if stop_reason(self.recipe, self.progress):
+                return None, batches
+            self.sampler.set_epoch(self.progress.epoch)
+            batches = iter(self.sampler)
+        return group, batches
+
+    def _autocast(self):
+        if self.cfg.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    def _update(self, group: list[list[int]], meter: _Meter) -> None:
+        self.ddp_model.train()
+        batches = [make_batch(self.train_data, indices, self.max_len) for indices in group]
+        ntokens = sum(b.ntokens for b in batches)
+        scale = self.world_size / _all_reduce_sum(ntokens, self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = nll_sum = 0.0
+        for i, batch in enumerate(batches):
+            sync = i == len(batches) - 1 or self.world_size == 1
+            no_sync = nullcontext() if sync else self.ddp_model.no_sync()
+            with no_sync, self._autocast():
+                logits = self.ddp_model(batch.src.to(self.device), batch.tgt_in.to(self.device))
+            loss, nll, _ = label_smoothed_nll(
+                logits, batch.tgt_out.to(self.device), self.cfg.label_smoothing, PAD_ID
+            )
+            with no_sync:
+                (loss * scale).backward()
+            loss_sum += loss.item()
+            nll_sum += nll.item()
+        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm).item()
+        if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
+            self._skip_bad_update(loss_sum, grad_norm)
+            return
+        self.bad_steps = 0
+        lr = inverse_sqrt_lr(self.progress.step + 1, self.cfg.lr, self.cfg.warmup_steps)
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = lr
+        self.optimizer.step()
+        self.progress.step += 1
+        meter.add(loss_sum, nll_sum, ntokens, grad_norm, lr)
+
+    def _skip_bad_update(self, loss: float, grad_norm: float) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.bad_steps += 1
+        log.warning(
+            "step %d: non-finite loss %s or gradient norm %s; update skipped (%d in a row)",
+            self.progress.step + 1,
+            loss,
+            grad_norm,
+            self.bad_steps,
+        )
+        self._write_metrics({"event": "skipped", "step": self.progress.step, "loss": str(loss)})
+        if self.bad_steps >= self.cfg.max_bad_steps:
+            raise TrainingDiverged(
+                f"training stopped: {self.bad_steps} updates in a row had a non-finite loss; "
+                f"lower train.lr (now {self.cfg.lr:g}) or set train.clip_norm; "
+                "checkpoint_last.pt holds the last good state"
+            )
+
+    # ------------------------------------------------------------------ reporting
+
+    def _log_train(self, meter: _Meter, bar) -> None:
+        record = meter.flush()
+        record.update(
+            event="train",
+            step=self.progress.step,
+            epoch=self.progress.epoch,
+            elapsed=round(self.progress.elapsed, 1),
+        )
+        self._write_metrics(record)
+        text = (
+            f"step {record['step']} | epoch {record['epoch']} | loss {record['loss']:.3f} | "
+            f"nll {record['nll']:.3f} | lr {record['lr']:.2e} | gnorm {record['grad_norm']:.2f} | "
+            f"{record['tgt_tokens_per_s']:.0f} tgt tok/s"
+        )
+        if bar is not None:
+            bar.n = self.progress.step
+            bar.set_postfix_str(text.split(" | ", 1)[1], refresh=True)
+        else:
+            log.info(text)
+
+    def _write_metrics(self, record: dict[str, Any]) -> None:
+        if self.rank != 0:
+            return
+        self.paths.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.paths.metrics, "a", encoding="utf-8") as file:
+            file.write(json.dumps(record) + "\n")
+
+    def _validate(self) -> None:
+        """Dev loss (and BLEU); updates checkpoint_best.pt and the patience counter."""
+        if self.valid_data is None:
+            return
+        result = evaluate_loss(
+            self.model, self.valid_data, self.cfg.max_tokens, self.device, self.max_len
+        )
+        if self.cfg.valid_bleu_lines > 0 and self.recipe.data.valid is not None:
+            result["bleu"] = self._valid_bleu()
+        result.update(
+            event="valid",
+            step=self.progress.step,
+            epoch=self.progress.epoch,
+            elapsed=round(self.progress.elapsed, 1),
+        )
+        use_bleu = self.cfg.best_metric == "bleu" and "bleu" in result
+        score = result["bleu"] if use_bleu else -result["loss"]
+        improved = self.progress.best_score is None or score > self.progress.best_score
+        if improved:
+            self.progress.best_score, self.progress.best_step = score, self.progress.step
+            self.progress.validations_without_improvement = 0
+            if self.rank == 0:
+                self.paths.checkpoints.mkdir(parents=True, exist_ok=True)
+                save_checkpoint(self.paths.best, self._bundle(with_train_state=False))
+        else:
+            self.progress.validations_without_improvement += 1
+        result["best"] = improved
+        self._write_metrics(result)
+        bleu = f" | bleu {result['bleu']:.2f}" if "bleu" in result else ""
+        log.info(
+            "valid step %d | loss %.3f | nll %.3f | ppl %.2f%s%s",
+            self.progress.step,
+            result["loss"],
+            result["nll"],
+            result["ppl"],
+            bleu,
+            " | best" if improved else "",
+        )
+
+    def _valid_bleu(self) -> float:
+        valid = self.recipe.data.valid
+        n = min(self.cfg.valid_bleu_lines, len(self.valid_data))
+        sources = [self.valid_data.src(i)[: self.max_len].tolist() for i in range(n)]
+        hyps = translate_ids(
+            [self.model],
+            sources,
+            self.tokenizer,
+            self.cfg.max_tokens,
+            self.device,
+            self.recipe.decode.max_len_a,
+            self.recipe.decode.max_len_b,
+        )
+        refs = _first_lines(valid.tgt, n)
+        return corpus_scores(hyps, [refs], ("bleu",), tgt_lang=self.recipe.data.langs.tgt)[0].score
+
+    # ------------------------------------------------------------------ signals
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum, frame):
+            self.signal_received = signum
+            signal.signal(signum, signal.SIG_DFL)  # a second signal stops at once
+
+        previous = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, handler)
+        return previous
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@torch.no_grad()
+def evaluate_loss(
+    model: Transformer, data: ParallelData, max_tokens: int, device, max_len: int
+) -> dict:
+    model.eval()
+    sampler = BatchSampler(data.src_lens, data.tgt_lens, max_tokens, seed=0, shuffle=False)
+    loss_sum = nll_sum = 0.0
+    ntokens = 0
+    for indices in sampler:
+        batch = make_batch(data, indices, max_len)
+        logits = model(batch.src.to(device), batch.tgt_in.to(device))
+        loss, nll, n = label_smoothed_nll(logits, batch.tgt_out.to(device), 0.0, PAD_ID)
+        loss_sum += loss.item()
+        nll_sum += nll.item()
+        ntokens += n
+    ntokens = max(ntokens, 1)
+    nll = nll_sum / ntokens
+    return {"loss": loss_sum / ntokens, "nll": nll, "ppl": math.exp(min(nll, 50.0))}
+
+
+@torch.no_grad()
+def translate_ids(
+    models: list[Transformer],
+    sources: list[list[int]],
+    tokenizer: Tokenizer,
+    max_tokens: int,
+    device,
+    max_len_a: float,
+    max_len_b: int,
+) -> list[str]:
+    """Greedy translations of already-encoded sources (for validation BLEU)."""
+    from .translate import pad_sources
+
+    for model in models:
+        model.eval()
+    hyps: list[list[int]] = [[] for _ in sources]
+    for indices in token_batches([len(s) + 1 for s in sources], max_tokens):
+        src = pad_sources([sources[i] for i in indices]).to(device)
+        for i, hyp in zip(indices, greedy_search(models, src, max_len_a, max_len_b)):
+            hyps[i] = hyp.tokens
+    return tokenizer.decode_tgt(hyps)
+
+
+def _first_lines(path: Path, n: int) -> list[str]:
+    from .data import read_lines
+
+    lines = []
+    for line in read_lines(path):
+        if len(lines) == n:
+            break
+        lines.append(line)
+    return lines
+
+
+class _Meter:
+    """Sums since the last log line."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+        self.loss = self.nll = 0.0
+        self.ntokens = self.updates = 0
+        self.grad_norm = self.lr = 0.0
+
+    def add(self, loss: float, nll: float, ntokens: int, grad_norm: float, lr: float) -> None:
+        self.loss += loss
+        self.nll += nll
+        self.ntokens += ntokens
+        self.updates += 1
+        self.grad_norm += grad_norm
+        self.lr = lr
+
+    def flush(self) -> dict[str, float]:
+        seconds = max(time.monotonic() - self.start, 1e-9)
+        n, updates = max(self.ntokens, 1), max(self.updates, 1)
+        record = {
+            "loss": self.loss / n,
+            "nll": self.nll / n,
+            "ppl": math.exp(min(self.nll / n, 50.0)),
+            "lr": self.lr,
+            "grad_norm": self.grad_norm / updates,
+            "tgt_tokens_per_s": self.ntokens / seconds,
+        }
+        self.__init__()
+        return record
+
+
+def _progress_bar(total: int, initial: int):
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total or None, initial=initial, unit="step", file=sys.stderr, leave=True)
+
+
+def _all_reduce_sum(value: int, device) -> int:
+    if not dist.is_initialized():
+        return value
+    tensor = torch.tensor([value], device=device, dtype=torch.long)
+    dist.all_reduce(tensor)
+    return int(tensor.item())
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _get_rng_states() -> dict[str, Any]:
+    states: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _set_rng_states(states: dict[str, Any]) -> None:
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop records written after the checkpoint we resume from: they will be redone."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                kept.append(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash
+    from .checkpoint import atomic_write
+
+    atomic_write(path, lambda f: f.write("".join(k + "\n" for k in kept).encode()))
+
+
+def train(
+    recipe: Recipe,
+    run_dir: Path,
+    tokenizer: Tokenizer,
+    data_dir: Path,
+    data_fingerprints: dict[str, str],
+    device: str = "auto",
+    restart: bool = False,
+) -> Progress:
+    """Train (or resume) the run in run_dir; returns where it stopped."""
+    trainer = Trainer(recipe, run_dir, tokenizer, data_dir, data_fingerprints, device)
+    if restart:
+        _clear_run(RunPaths(run_dir))
+    else:
+        trainer.resume()
+    return trainer.fit()
+
+
+def _clear_run(paths: RunPaths) -> None:
+    for path in [paths.last, paths.best, *paths.step_checkpoints(), paths.metrics]:
+        path.unlink(missing_ok=True)

@@ -1,0 +1,151 @@
+"""The trainer: the reverse-task canary, exact resume, stopping rules, bad losses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from toy import bible_recipe, reverse_task, tiny_model
+
+from mtkit.config import load_recipe, recipe_from_dict
+from mtkit.pipeline import binarize_stage, data_fingerprints, tokenizer_stage
+from mtkit.train import RunPaths, Trainer, TrainingDiverged, train
+from mtkit.translate import DecodeOptions, Translator, load_models
+
+
+def prepare(recipe, run_dir: Path):
+    tokenizer = tokenizer_stage(recipe, run_dir)
+    manifest = binarize_stage(recipe, run_dir)
+    return tokenizer, data_fingerprints(manifest)
+
+
+def test_reverse_task_canary(tmp_path):
+    """A correct model and trainer learn to reverse short sequences within seconds."""
+    files = reverse_task(tmp_path / "data")
+    raw = {
+        "data": {
+            "train": dict(zip(("src", "tgt"), map(str, files["train"]))),
+            "valid": dict(zip(("src", "tgt"), map(str, files["valid"]))),
+        },
+        "tokenizer": {"vocab_size": 24, "model_type": "bpe"},
+        "model": tiny_model(dropout=0.0),
+        "train": {
+            "max_tokens": 2048,
+            "lr": 0.004,
+            "warmup_steps": 50,
+            "max_steps": 350,
+            "valid_every": 1000,
+            "save_every": 1000,
+            "log_every": 100,
+            "label_smoothing": 0.0,
+            "average_last": 0,
+            "valid_bleu_lines": 0,
+        },
+    }
+    recipe = recipe_from_dict(raw, name="reverse")
+    run_dir = tmp_path / "run"
+    tokenizer, fingerprints = prepare(recipe, run_dir)
+    train(recipe, run_dir, tokenizer, run_dir / "data", fingerprints, device="cpu")
+
+    models, tok, _ = load_models([RunPaths(run_dir).last], torch.device("cpu"))
+    translator = Translator(models, tok, DecodeOptions(beam=1), torch.device("cpu"))
+    sources = files["test"][0].read_text().splitlines()
+    targets = files["test"][1].read_text().splitlines()
+    outputs = translator.format(translator.translate(sources), 0)
+    accuracy = sum(o == t for o, t in zip(outputs, targets)) / len(targets)
+    assert accuracy >= 0.8, f"reverse accuracy {accuracy:.2f}: {outputs[:3]} vs {targets[:3]}"
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model"]
+
+
+def test_resumed_training_is_bit_identical(tmp_path):
+    """N steps in one go == N/2 steps, a fresh process state, then N/2 more."""
+    path = bible_recipe(
+        tmp_path,
+        train={"max_steps": 12, "update_freq": 2, "valid_every": 4, "save_every": 4},
+        model={"dropout": 0.3, "attn_dropout": 0.1},
+    )
+    whole = load_recipe(path)
+    tokenizer, fingerprints = prepare(whole, tmp_path / "whole")
+    train(whole, tmp_path / "whole", tokenizer, tmp_path / "whole" / "data", fingerprints, "cpu")
+
+    half = load_recipe(path, ["train.max_steps=6"])
+    run = tmp_path / "split"
+    tokenizer, fingerprints = prepare(half, run)
+    train(half, run, tokenizer, run / "data", fingerprints, "cpu")
+    torch.manual_seed(1234)  # the resumed run must not depend on the process's RNG state
+    progress = train(whole, run, tokenizer, run / "data", fingerprints, "cpu")
+    assert progress.step == 12
+
+    a, b = _weights(RunPaths(tmp_path / "whole").last), _weights(RunPaths(run).last)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    steps = [json.loads(line)["step"] for line in RunPaths(run).metrics.read_text().splitlines()]
+    assert steps == sorted(steps), "metrics.jsonl must read in step order after a resume"
+
+
+def test_checkpoints_and_metrics(tmp_path):
+    path = bible_recipe(tmp_path, train={"max_steps": 20, "keep_last": 2})
+    recipe = load_recipe(path)
+    run = tmp_path / "run"
+    tokenizer, fingerprints = prepare(recipe, run)
+    progress = train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    paths = RunPaths(run)
+    assert progress.step == 20 and "max_steps" in progress.finished
+    assert [p.name for p in paths.step_checkpoints()] == ["checkpoint_10.pt", "checkpoint_20.pt"]
+    assert paths.best.is_file() and paths.last.is_file()
+    records = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
+    train_records = [r for r in records if r["event"] == "train"]
+    valid_records = [r for r in records if r["event"] == "valid"]
+    assert {
+        "step",
+        "epoch",
+        "loss",
+        "nll",
+        "lr",
+        "grad_norm",
+        "tgt_tokens_per_s",
+        "elapsed",
+    } <= train_records[0].keys()
+    assert [r["step"] for r in valid_records] == [10, 20]
+    assert all("bleu" in r and "ppl" in r for r in valid_records)
+    # A finished run does no more work when asked again.
+    again = train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    assert again.step == 20
+
+
+def test_max_epochs_and_patience(tmp_path):
+    path = bible_recipe(tmp_path, train={"max_steps": 0, "max_epochs": 1, "max_tokens": 4096})
+    recipe = load_recipe(path)
+    run = tmp_path / "run"
+    tokenizer, fingerprints = prepare(recipe, run)
+    progress = train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    assert "max_epochs" in progress.finished
+    assert progress.epoch == 2  # the first epoch is complete
+
+
+def test_non_finite_loss_is_skipped_then_stops(tmp_path, monkeypatch):
+    path = bible_recipe(tmp_path, train={"max_steps": 10, "max_bad_steps": 3})
+    recipe = load_recipe(path)
+    run = tmp_path / "run"
+    tokenizer, fingerprints = prepare(recipe, run)
+    trainer = Trainer(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    original = trainer.model.forward
+    calls = {"n": 0}
+
+    def poisoned(src, tgt_in):
+        calls["n"] += 1
+        logits = original(src, tgt_in)
+        return logits * float("nan") if calls["n"] > 2 else logits
+
+    monkeypatch.setattr(trainer.model, "forward", poisoned)
+    with pytest.raises(TrainingDiverged, match="lower train.lr"):
+        trainer.fit()
+    assert trainer.progress.step == 2
+    records = [json.loads(x) for x in RunPaths(run).metrics.read_text().splitlines()]
+    assert sum(r["event"] == "skipped" for r in records) == 3

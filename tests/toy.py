@@ -1,0 +1,80 @@
+"""Small real inputs for tests: the reverse toy task and tiny recipes."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DATA = Path(__file__).parent / "data"
+LETTERS = "abcdefghij"
+
+
+def reverse_task(directory: Path, n_train: int = 3000, n_test: int = 100, seed: int = 0) -> dict:
+    """Write source/target files where the target is the source reversed."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def write(split: str, n: int) -> tuple[Path, Path]:
+        rows = [[rng.choice(LETTERS) for _ in range(rng.randint(3, 8))] for _ in range(n)]
+        src, tgt = directory / f"{split}.src", directory / f"{split}.tgt"
+        src.write_text("".join(" ".join(r) + "\n" for r in rows), encoding="utf-8")
+        tgt.write_text("".join(" ".join(reversed(r)) + "\n" for r in rows), encoding="utf-8")
+        return src, tgt
+
+    return {
+        "train": write("train", n_train),
+        "valid": write("valid", 50),
+        "test": write("test", n_test),
+    }
+
+
+def tiny_model(**changes: Any) -> dict[str, Any]:
+    model = {
+        "enc_layers": 2,
+        "dec_layers": 2,
+        "d_model": 64,
+        "heads": 4,
+        "ffn_dim": 128,
+        "dropout": 0.1,
+        "max_positions": 64,
+    }
+    model.update(changes)
+    return model
+
+
+def bible_recipe(
+    directory: Path, train: dict | None = None, model: dict | None = None, **sections: Any
+) -> Path:
+    """A tiny recipe on the Bible sample in tests/data, written to directory/tiny.yaml."""
+    raw = {
+        "data": {
+            "langs": {"src": "es", "tgt": "en"},
+            "train": {"src": str(DATA / "train.es"), "tgt": str(DATA / "train.en")},
+            "valid": {"src": str(DATA / "dev.es"), "tgt": str(DATA / "dev.en")},
+            "test": [{"src": str(DATA / "test.es"), "tgt": str(DATA / "test.en")}],
+        },
+        "tokenizer": {"vocab_size": 300},
+        "model": tiny_model(**(model or {})),
+        "train": {
+            "max_tokens": 1024,
+            "lr": 0.003,
+            "warmup_steps": 10,
+            "max_steps": 20,
+            "valid_every": 10,
+            "save_every": 10,
+            "log_every": 5,
+            "keep_last": 3,
+            "valid_bleu_lines": 20,
+            "average_last": 2,
+            **(train or {}),
+        },
+        "decode": {"beam": 2, "max_len_a": 1.0, "max_len_b": 5},
+    }
+    raw.update(sections)
+    path = directory / "tiny.yaml"
+    directory.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
