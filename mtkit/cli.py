@@ -22,6 +22,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="mtkit: neural machine translation from raw text to a scored model.",
 )
@@ -336,40 +337,15 @@ def _print_rows(rows: list[dict], as_json: bool) -> None:
 
 
 def main() -> None:
+    """Entry point: click handles usage errors (exit 2) and a closed stdout (quiet exit);
+    mtkit's own errors become one line on stderr."""
     try:
-        app(standalone_mode=False)
+        app()
     except MtkitError as exc:
         if _debug:
             raise
         sys.stderr.write(f"mtkit: error: {exc}\n")
         sys.exit(exc.exit_code)
-    except BrokenPipeError:
-        _quiet_broken_pipe()
-    except KeyboardInterrupt:
-        sys.stderr.write("mtkit: interrupted\n")
-        sys.exit(130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        sys.stderr.write("mtkit: aborted\n")
-        sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - click usage errors arrive here too
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
-
-
-def _quiet_broken_pipe() -> None:
-    """`mtkit translate ... | head -1`: stop quietly, as Unix tools do."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
-        pass
-    sys.exit(141)
 
 
 if __name__ == "__main__":

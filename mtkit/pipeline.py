@@ -131,16 +131,17 @@ def _splits(recipe: Recipe) -> dict[str, tuple[Path, Path]]:
     return splits
 
 
+def _train_max_len(recipe: Recipe) -> int:
+    """Longest training side kept: the recipe's filter, within what the model can hold."""
+    return min(recipe.data.max_len, recipe.model.max_positions - 1)
+
+
 def binarize_recipe(recipe: Recipe, run_dir: Path, workers: int = 0) -> dict[str, Any]:
     """Binarise the recipe's train/valid splits with its (already trained) tokenizer."""
     tokenizer = load_recipe_tokenizer(run_dir / "tokenizer", recipe.tokenizer.joint)
     return binarize(
-        tokenizer,
-        _splits(recipe),
-        run_dir / "data",
-        workers,
-        recipe.data.max_len,
-        recipe.data.max_ratio,
+        tokenizer, _splits(recipe), run_dir / "data", workers,
+        _train_max_len(recipe), recipe.data.max_ratio,
     )
 
 
@@ -170,11 +171,9 @@ def _binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: dict | N
         return "no binarised data yet"
     if manifest.get("tokenizer") != tokenizer.fingerprint():
         return "the tokenizer changed"
-    if manifest.get("filters") != {
-        "max_len": recipe.data.max_len,
-        "max_ratio": recipe.data.max_ratio,
-    }:
-        return "data.max_len or data.max_ratio changed"
+    filters = (manifest.get("max_len"), manifest.get("max_ratio"))
+    if filters != (_train_max_len(recipe), recipe.data.max_ratio):
+        return "data.max_len, data.max_ratio or model.max_positions changed"
     splits = _splits(recipe)
     if set(manifest["splits"]) != set(splits):
         return "the recipe's splits changed"
@@ -186,18 +185,17 @@ def _binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: dict | N
 
 
 def train_stage(recipe: Recipe, run_dir: Path, restart: bool, device: str) -> None:
+    manifest = load_manifest(run_dir / "data")
+    tokenizer = load_recipe_tokenizer(run_dir / "tokenizer", recipe.tokenizer.joint)
+    fingerprints = data_fingerprints(manifest)
     if not restart:
-        done = training_complete(recipe, run_dir)
+        done = training_complete(recipe, run_dir, tokenizer, fingerprints)
         if done:
             _skip("train", f"training complete ({done})")
             return
-    manifest = load_manifest(run_dir / "data")
-    tokenizer = load_recipe_tokenizer(run_dir / "tokenizer", recipe.tokenizer.joint)
     resuming = RunPaths(run_dir).last.is_file() and not restart
     _run("train", "resuming the run" if resuming else "starting a new run")
-    train(
-        recipe, run_dir, tokenizer, run_dir / "data", data_fingerprints(manifest), device, restart
-    )
+    train(recipe, run_dir, tokenizer, run_dir / "data", fingerprints, device, restart)
 
 
 def average_stage(recipe: Recipe, run_dir: Path) -> Path:
@@ -263,7 +261,7 @@ def eval_stage(recipe: Recipe, run_dir: Path, device: str) -> dict[str, Any] | N
         sources = list(read_lines(test.src))
         refs = list(read_lines(test.tgt))
         start = time.perf_counter()
-        hyps = [h[0] for h in translator.format(translator.translate(sources), 0)]
+        hyps = translator.format(translator.translate(sources), 0)
         seconds = time.perf_counter() - start
         hyp_path = eval_dir / f"{test.src.name}.hyp.{recipe.data.langs.tgt}"
         text = "".join(h + "\n" for h in hyps).encode("utf-8")

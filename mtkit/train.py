@@ -118,14 +118,42 @@ def stop_reason(recipe: Recipe, progress: Progress, epoch_done: bool = False) ->
     return ""
 
 
-def training_complete(recipe: Recipe, run_dir: Path) -> str:
-    """Why the run in run_dir needs no more training under this recipe ('' if it does)."""
+def training_complete(
+    recipe: Recipe, run_dir: Path, tokenizer: Tokenizer, data_fingerprints: dict[str, str]
+) -> str:
+    """Why the run in run_dir needs no more training under this recipe ('' if it does).
+
+    Raises ConfigError when the run cannot continue under this recipe at all."""
     paths = RunPaths(run_dir)
     if not paths.last.is_file():
         return ""
     bundle = load_checkpoint(paths.last)
-    progress = Progress(**bundle["train_state"]["progress"])
-    return stop_reason(recipe, progress)
+    check_same_run(bundle, recipe, tokenizer, data_fingerprints, run_dir)
+    return stop_reason(recipe, Progress(**bundle["train_state"]["progress"]))
+
+
+def check_same_run(
+    bundle: dict[str, Any],
+    recipe: Recipe,
+    tokenizer: Tokenizer,
+    data_fingerprints: dict[str, str],
+    run_dir: Path,
+) -> None:
+    """Refuse to continue a run whose model, tokenizer or training data changed."""
+    advice = "use --restart to train from scratch, or another --run-dir"
+    old, new = bundle["recipe"]["model"], recipe.to_dict()["model"]
+    if old != new:
+        changed = ", ".join(f"model.{k}" for k in new if old.get(k) != new[k])
+        raise ConfigError(
+            f"{run_dir}: the recipe's model section changed since this run started "
+            f"({changed}); {advice}"
+        )
+    if (bundle["spm_src"], bundle["spm_tgt"]) != (tokenizer.src_bytes, tokenizer.tgt_bytes):
+        raise ConfigError(f"{run_dir}: the tokenizer changed since this run started; {advice}")
+    if bundle["data_fingerprints"] != data_fingerprints:
+        raise ConfigError(
+            f"{run_dir}: the training data changed since this run started; {advice}"
+        )
 
 
 # --------------------------------------------------------------------------- the trainer
@@ -190,7 +218,8 @@ class Trainer:
         if not self.paths.last.is_file():
             return False
         bundle = load_checkpoint(self.paths.last, map_location="cpu")
-        self._check_same_run(bundle)
+        check_same_run(bundle, self.recipe, self.tokenizer, self.data_fingerprints,
+                       self.paths.run_dir)
         state = bundle["train_state"]
         self.model.load_state_dict(bundle["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -207,29 +236,6 @@ class Trainer:
             self.progress.elapsed,
         )
         return True
-
-    def _check_same_run(self, bundle: dict[str, Any]) -> None:
-        where = self.paths.run_dir
-        if bundle["recipe"]["model"] != self.recipe.to_dict()["model"]:
-            old, new = bundle["recipe"]["model"], self.recipe.to_dict()["model"]
-            changed = ", ".join(f"model.{k}" for k in new if old.get(k) != new[k])
-            raise ConfigError(
-                f"{where}: the recipe's model section changed since this run started "
-                f"({changed}); use --restart to train from scratch, or another --run-dir"
-            )
-        if (bundle["spm_src"], bundle["spm_tgt"]) != (
-            self.tokenizer.src_bytes,
-            self.tokenizer.tgt_bytes,
-        ):
-            raise ConfigError(
-                f"{where}: the tokenizer changed since this run started; "
-                "use --restart to train from scratch, or another --run-dir"
-            )
-        if bundle["data_fingerprints"] != self.data_fingerprints:
-            raise ConfigError(
-                f"{where}: the training data changed since this run started; "
-                "use --restart to train from scratch, or another --run-dir"
-            )
 
     def _bundle(self, with_train_state: bool) -> dict[str, Any]:
         train_state = None
@@ -649,7 +655,18 @@ def train(
         _clear_run(RunPaths(run_dir))
     else:
         trainer.resume()
-    return trainer.fit()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_file = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    log_file.setFormatter(logging.Formatter("%(asctime)s | %(message)s"))
+    if trainer.rank == 0:
+        log.addHandler(log_file)
+    if log.level == logging.NOTSET:  # used as a library: still log progress to train.log
+        log.setLevel(logging.INFO)
+    try:
+        return trainer.fit()
+    finally:
+        log.removeHandler(log_file)
+        log_file.close()
 
 
 def _clear_run(paths: RunPaths) -> None:

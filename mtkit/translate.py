@@ -132,12 +132,13 @@ class Translator:
             if len(ids) > self.max_source:
                 encoded[k] = ids[: self.max_source]
                 self.stats.truncated += 1
-                log.warning(
-                    "input line %d: %d tokens, truncated to the model's %d",
-                    self.stats.sentences + todo[k] + 1,
-                    len(ids),
-                    self.max_source,
-                )
+                if self.stats.truncated <= 3:  # then only counted, in the summary line
+                    log.warning(
+                        "input line %d: %d tokens, truncated to the model's %d%s",
+                        self.stats.sentences + todo[k] + 1, len(ids), self.max_source,
+                        "; further truncations are counted in the summary"
+                        if self.stats.truncated == 3 else "",
+                    )
         opts = self.options
         for batch in token_batches([len(ids) + 1 for ids in encoded], opts.max_tokens):
             src = pad_sources([encoded[k] for k in batch]).to(self.device)
