@@ -407,21 +407,33 @@ class Transformer(nn.Module):
             x = layer(x, keep)
         return self.enc_norm(x), src_pad_mask
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor) -> Tensor:
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_pad_mask: Tensor,
+        positions: Tensor | None = None,
+    ) -> Tensor:
         """(B, T) target prefix (BOS first) -> logits (B, T, V), causal, in the compute dtype.
 
         Pad tokens must come after the real ones (right padding); their logits are garbage.
+        `positions` (B, T) bool: return logits only there, as (N, V) rows in order. Training
+        passes the non-pad positions, so the output projection (a large share of a step)
+        skips the padding.
         """
         src_keep = keep_mask(src_pad_mask)
         x = self._embed(self.tgt_embed, tgt_in)
         for layer in self.decoder:
             cross_k, cross_v = layer.cross_attn.project_kv(memory)
             x = layer(x, cross_k, cross_v, src_keep)
-        return self.out_proj(self.dec_norm(x))
+        x = self.dec_norm(x)  # (B, T, D)
+        if positions is not None:
+            x = x[positions]  # (N, D)
+        return self.out_proj(x)
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """(B, S) source, (B, T) target prefix -> logits (B, T, V)."""
-        return self.decode(tgt_in, *self.encode(src))
+    def forward(self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None) -> Tensor:
+        """(B, S) source, (B, T) target prefix -> logits (B, T, V), or (N, V) at `positions`."""
+        return self.decode(tgt_in, *self.encode(src), positions=positions)
 
     # ----------------------------------------------------------------------- step by step
 

@@ -205,6 +205,7 @@ class Trainer:
             betas=self.cfg.adam_betas,
             eps=self.cfg.adam_eps,
             weight_decay=self.cfg.weight_decay,
+            fused=True,  # one kernel for all parameters: the per-tensor loop cost 10% a step
         )
         self.max_len = recipe.model.max_positions - 1  # tokens per side before EOS/BOS
         self.progress = Progress()
@@ -357,10 +358,14 @@ class Trainer:
         for i, batch in enumerate(batches):
             sync = i == len(batches) - 1 or self.world_size == 1
             no_sync = nullcontext() if sync else self.ddp_model.no_sync()
+            tgt_out = batch.tgt_out.to(self.device)
+            real = tgt_out.ne(PAD_ID)  # (B, T): the loss reads only these positions
             with no_sync, self._autocast():
-                logits = self.ddp_model(batch.src.to(self.device), batch.tgt_in.to(self.device))
+                logits = self.ddp_model(
+                    batch.src.to(self.device), batch.tgt_in.to(self.device), real
+                )  # (N, V)
             loss, nll, _ = label_smoothed_nll(
-                logits, batch.tgt_out.to(self.device), self.cfg.label_smoothing, PAD_ID
+                logits, tgt_out[real], self.cfg.label_smoothing, PAD_ID
             )
             with no_sync:
                 (loss * scale).backward()

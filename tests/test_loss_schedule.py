@@ -81,3 +81,24 @@ def test_schedule_without_warmup():
     assert inverse_sqrt_lr(1, 0.5, 0) == pytest.approx(0.5)
     assert inverse_sqrt_lr(4, 0.5, 0) == pytest.approx(0.25)
     assert inverse_sqrt_lr(1, 0.5, 1) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_gradient_matches_autograd_of_the_dense_formula(eps):
+    torch.manual_seed(1)
+    vocab = 11
+    logits = torch.randn(6, vocab, requires_grad=True)
+    target = torch.tensor([1, 4, PAD, 10, 3, PAD])
+    loss, nll, _ = label_smoothed_nll(logits, target, eps, PAD)
+    (loss + 0.5 * nll).backward()
+    fused = logits.grad.clone()
+
+    logits.grad = None
+    logp = logits.log_softmax(-1)
+    dense = torch.full_like(logp, eps / vocab)
+    dense.scatter_add_(-1, target[:, None], torch.full((6, 1), 1 - eps))
+    keep = (target != PAD).float()
+    ref_loss = (-(dense * logp).sum(-1) * keep).sum()
+    ref_nll = (-logp.gather(-1, target[:, None])[:, 0] * keep).sum()
+    (ref_loss + 0.5 * ref_nll).backward()
+    torch.testing.assert_close(fused, logits.grad)

@@ -138,9 +138,9 @@ def test_non_finite_loss_is_skipped_then_stops(tmp_path, monkeypatch):
     original = trainer.model.forward
     calls = {"n": 0}
 
-    def poisoned(src, tgt_in):
+    def poisoned(src, tgt_in, positions=None):
         calls["n"] += 1
-        logits = original(src, tgt_in)
+        logits = original(src, tgt_in, positions)
         return logits * float("nan") if calls["n"] > 2 else logits
 
     monkeypatch.setattr(trainer.model, "forward", poisoned)

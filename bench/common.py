@@ -1,0 +1,68 @@
+"""Shared by the bench scripts: machine facts, the Bible data, and the results file."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BIBLE = HERE.parent.parent / "shared" / "data" / "bible-es-en"
+WORK = HERE / "work"  # cached tokenizer / binarised data / models (git-ignored)
+
+
+def machine() -> dict:
+    import numpy
+    import sentencepiece
+    import torch
+
+    return {
+        "cpu_count": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "torch_threads": torch.get_num_threads(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "sentencepiece": sentencepiece.__version__,
+    }
+
+
+def record(figure: str, values: dict, script: str) -> dict:
+    """Print one JSON line and append it to bench/results.jsonl."""
+    entry = {
+        "figure": figure,
+        **values,
+        "machine": machine(),
+        "command": shlex.join(["python", script, *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    line = json.dumps(entry)
+    print(line, flush=True)
+    with open(HERE / "results.jsonl", "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+    return entry
+
+
+def bible_run(vocab_size: int = 8000) -> tuple[Path, object]:
+    """A joint SentencePiece model and binarised train/valid data of the Bible corpus,
+    built once under bench/work/ and reused; returns (data dir, tokenizer)."""
+    from mtkit.data import binarize, load_manifest
+    from mtkit.tokenizer import Tokenizer, train_sentencepiece
+
+    WORK.mkdir(exist_ok=True)
+    prefix = WORK / f"spm{vocab_size}"
+    model = prefix.with_suffix(".model")
+    if not model.is_file():
+        train_sentencepiece([BIBLE / "train.es", BIBLE / "train.en"], prefix, vocab_size)
+    tokenizer = Tokenizer.from_files(model)
+    data = WORK / f"bin{vocab_size}"
+    if load_manifest(data) is None:
+        splits = {"train": (BIBLE / "train.es", BIBLE / "train.en"),
+                  "valid": (BIBLE / "dev.es", BIBLE / "dev.en")}
+        binarize(tokenizer, splits, data, max_len=255)
+    return data, tokenizer

@@ -1,0 +1,116 @@
+"""Benchmark: training speed (target tokens/second) and model-FLOPs utilisation.
+
+The reference shape (d_model 256, 3+3 layers, 4 heads, FFN 1024, joint 8k vocabulary,
+tied embeddings, pre-norm, 4096-token batches) on the Bible training data, timed over
+whole updates: batch building, forward, loss, backward, clipping and the Adam step.
+
+MFU = achieved model FLOP/s / peak FLOP/s of a large matmul measured in the same run.
+Model FLOPs count the matmuls of forward + backward (3x forward) on real (non-pad) tokens.
+
+    python bench/train.py [--threads 2] [--steps 30] [--precision fp32 bf16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import bible_run, record  # noqa: E402
+
+from mtkit.config import recipe_from_dict  # noqa: E402
+from mtkit.train import Trainer, _Meter  # noqa: E402
+
+SHAPE = {"enc_layers": 3, "dec_layers": 3, "d_model": 256, "heads": 4, "ffn_dim": 1024,
+         "dropout": 0.2, "norm": "pre", "tie_embeddings": "all"}
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
+    """FLOP/s of an n x n x n matmul, the best of `reps`."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def forward_flops(d: int, ffn: int, vocab: int, enc: int, dec: int,
+                  src_lens: torch.Tensor, tgt_lens: torch.Tensor) -> float:
+    """Matmul FLOPs of one forward pass over a batch (2 FLOPs per multiply-add)."""
+    macs = 0.0
+    for s, t in zip(src_lens.tolist(), tgt_lens.tolist()):
+        macs += enc * s * (4 * d * d + 2 * d * ffn + 2 * s * d)  # QKV+out, FFN, scores+mix
+        macs += dec * t * (4 * d * d + 2 * d * d + 2 * d * ffn + 2 * t * d + 2 * s * d)
+        macs += dec * s * 2 * d * d  # cross-attention keys/values
+        macs += t * d * vocab  # output projection
+    return 2 * macs
+
+
+def run(precision: str, steps: int, warmup: int, data: Path, tokenizer) -> dict:
+    raw = {"data": {"train": {"src": "x", "tgt": "y"}, "valid": None},
+           "model": SHAPE,
+           "train": {"max_tokens": 4096, "lr": 0.001, "warmup_steps": 400, "valid_every": 10**9,
+                     "precision": precision}}
+    recipe = recipe_from_dict(raw, name="bench")
+    trainer = Trainer(recipe, Path("/tmp/mtkit-bench-train"), tokenizer, data, {}, "cpu")
+    batches = iter(trainer.sampler)
+    meter = _Meter()
+    tokens = flops = 0.0
+    start = None
+    for step in range(warmup + steps):
+        if step == warmup:
+            start, tokens, flops = time.perf_counter(), 0.0, 0.0
+        group, batches = trainer._next_group(batches)
+        for indices in group:
+            src_lens = torch.from_numpy(trainer.train_data.src_lens[indices]) + 1
+            tgt_lens = torch.from_numpy(trainer.train_data.tgt_lens[indices]) + 1
+            tokens += float(tgt_lens.sum())
+            flops += 3 * forward_flops(256, 1024, tokenizer.tgt_vocab_size, 3, 3,
+                                       src_lens, tgt_lens)
+        trainer._update(group, meter)
+    seconds = time.perf_counter() - start
+    return {"tokens_per_s": tokens / seconds, "flops_per_s": flops / seconds,
+            "seconds": seconds, "loss": meter.flush()["loss"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    data, tokenizer = bible_run()
+    # bf16 is probed small: without AVX-512 BF16 / AMX it is emulated and ~100x slower
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16, 512, 3)}
+    for precision in args.precision:
+        if peaks[precision] < peaks["fp32"]:
+            record("train", {
+                "precision": precision, "skipped": True,
+                "reason": f"{precision} matmul peak ({peaks[precision] / 1e9:.1f} GFLOP/s) is "
+                          f"below fp32 ({peaks['fp32'] / 1e9:.1f} GFLOP/s) on this CPU",
+            }, "bench/train.py")
+            continue
+        result = run(precision, args.steps, args.warmup, data, tokenizer)
+        record("train", {
+            "precision": precision,
+            "target_tokens_per_s": round(result["tokens_per_s"]),
+            "model_tflops": round(result["flops_per_s"] / 1e12, 4),
+            "peak_matmul_tflops": round(peaks[precision] / 1e12, 4),
+            "mfu": round(result["flops_per_s"] / peaks[precision], 3),
+            "mfu_vs_fp32_peak": round(result["flops_per_s"] / peaks["fp32"], 3),
+            "updates": args.steps, "seconds": round(result["seconds"], 1),
+            "shape": SHAPE, "max_tokens": 4096, "threads": args.threads,
+        }, "bench/train.py")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,539 @@
+"""The `mtkit` command as a user meets it: the pipeline end to end, the subcommands, and
+the error contract (exit code 2, one `mtkit: error:` line naming the file or key).
+
+Everything runs the installed `mtkit` script in a subprocess, except the table of error
+rows, which calls the same entry point (mtkit.cli:main) in-process to stay fast; two rows
+are repeated in a real subprocess to pin the process-level behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from toy import DATA, bible_recipe
+
+import mtkit
+from mtkit.checkpoint import save_checkpoint
+from mtkit.config import load_recipe, recipe_from_dict
+from mtkit.model import Transformer
+from mtkit.tokenizer import PAD_ID, Tokenizer
+
+STAGES = ("tokenizer", "binarize", "train", "average", "eval")
+
+
+def mtimes(directory: Path) -> dict[str, int]:
+    return {
+        str(p.relative_to(directory)): p.stat().st_mtime_ns
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def line_count(path: Path) -> int:
+    return len(path.read_bytes().decode("utf-8").split("\n")) - 1
+
+
+# --------------------------------------------------------------------------- 1. the pipeline
+
+
+def test_train_writes_every_artefact(tiny_run):
+    run = tiny_run.run_dir
+    assert tiny_run.first.stdout == "", "logs belong on stderr; stdout is for data"
+
+    assert (run / "tokenizer" / "spm.model").stat().st_size > 0
+
+    manifest = json.loads((run / "data" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["splits"]["train"]["lines"] == line_count(DATA / "train.es")
+    assert manifest["splits"]["valid"]["lines"] == line_count(DATA / "dev.es")
+    for split in ("train", "valid"):
+        for side in ("src", "tgt"):
+            assert (run / "data" / f"{split}.{side}.bin").stat().st_size > 0
+            assert (run / "data" / f"{split}.{side}.idx").stat().st_size > 0
+
+    checkpoints = run / "checkpoints"
+    for name in ("checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_10.pt",
+                 "checkpoint_20.pt"):
+        assert (checkpoints / name).stat().st_size > 0, name
+    assert (run / "model.pt").stat().st_size > 0
+
+    hyps = list((run / "eval").glob("*.hyp.en"))
+    assert len(hyps) == 1
+    assert line_count(hyps[0]) == line_count(DATA / "test.en")
+
+    scores = json.loads((run / "eval" / "scores.json").read_text(encoding="utf-8"))
+    [result] = scores["results"]
+    assert result["lines"] == line_count(DATA / "test.en")
+    assert set(result["scores"]) == {"BLEU", "chrF2"}
+    for name, entry in result["scores"].items():
+        assert isinstance(entry["score"], float), name
+        assert "nrefs:1" in entry["signature"] and "version:" in entry["signature"], name
+    assert "tok:13a" in result["scores"]["BLEU"]["signature"]
+
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert {r["event"] for r in records} == {"train", "valid"}
+    assert max(r["step"] for r in records) == 20
+
+    assert "step 20" in (run / "train.log").read_text(encoding="utf-8")
+
+
+def test_train_reports_every_stage_on_stderr(tiny_run):
+    stderr = tiny_run.first.stderr
+    for stage in STAGES:
+        assert f"[{stage}] running" in stderr, stage
+    assert "[eval]" in stderr and "BLEU" in stderr
+
+
+@pytest.fixture(scope="module")
+def second_run(tiny_run, mtkit_cli):
+    """The same `mtkit train tiny.yaml` again, with every file's mtime before and after."""
+    before = mtimes(tiny_run.run_dir)
+    result = mtkit_cli(["train", "tiny.yaml"], cwd=tiny_run.root)
+    return result, before, mtimes(tiny_run.run_dir)
+
+
+def test_second_run_skips_every_stage(second_run):
+    result, _, _ = second_run
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    for stage in STAGES:
+        assert f"[{stage}] skipped" in result.stderr, stage
+    assert "running" not in result.stderr
+
+
+def test_second_run_touches_no_output(second_run):
+    _, before, after = second_run
+    assert set(before) == set(after)
+    changed = [name for name in before if before[name] != after[name]]
+    assert [n for n in changed if n != "recipe.yaml"] == []  # recipe.yaml: see the xfail below
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: pipeline._claim_run_dir rewrites RUN_DIR/recipe.yaml on every run, even "
+    "when nothing changed (its mtime changes on a no-op run)",
+)
+def test_second_run_does_not_rewrite_recipe_yaml(second_run):
+    _, before, after = second_run
+    assert before["recipe.yaml"] == after["recipe.yaml"]
+
+
+def test_until_binarize_stops_after_binarize(tmp_path, mtkit_cli):
+    bible_recipe(tmp_path)
+    result = mtkit_cli(["train", "tiny.yaml", "--until", "binarize"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "runs" / "tiny"
+    assert (run / "tokenizer" / "spm.model").is_file()
+    assert (run / "data" / "manifest.json").is_file()
+    assert not list(run.glob("checkpoints/*.pt"))
+    assert not (run / "model.pt").exists() and not (run / "eval").exists()
+    assert "[train]" not in result.stderr
+    assert "stopping after stage binarize" in result.stderr
+
+
+def test_dry_run_prints_the_resolved_recipe(tmp_path, mtkit_cli):
+    path = bible_recipe(tmp_path)
+    result = mtkit_cli(["train", "tiny.yaml", "--dry-run", "--set", "train.max_steps=30"],
+                       cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    printed = yaml.safe_load(result.stdout)
+    assert printed == load_recipe(path, ["train.max_steps=30"]).to_dict()
+    # independent of load_recipe: every key the recipe sets is there, with the override
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw["train"]["max_steps"] = 30
+    for section, values in raw.items():
+        if section == "data":
+            continue
+        for key, value in values.items():
+            assert printed[section][key] == value, f"{section}.{key}"
+    assert printed["data"]["train"] == raw["data"]["train"]
+    assert printed["model"]["activation"] == "relu"  # defaults are filled in
+    assert not (tmp_path / "runs").exists(), "--dry-run must not create the run directory"
+
+
+def test_set_max_steps_resumes_the_finished_run(tiny_run, tmp_path, mtkit_cli):
+    run = tiny_run.copy_to(tmp_path)
+    result = mtkit_cli(["train", "tiny.yaml", "--set", "train.max_steps=30"], cwd=run.root)
+    assert result.returncode == 0, result.stderr
+    assert "resuming" in result.stderr and "at step 20" in result.stderr
+    last = torch.load(run.run_dir / "checkpoints" / "checkpoint_last.pt", weights_only=True)
+    assert last["train_state"]["progress"]["step"] == 30
+    assert (run.run_dir / "checkpoints" / "checkpoint_30.pt").is_file()
+    steps = [json.loads(r)["step"] for r in (run.run_dir / "metrics.jsonl").open()]
+    assert steps == sorted(steps) and steps[-1] == 30
+
+
+# --------------------------------------------------------------------------- 2. help, version
+
+
+def test_help_lists_every_command(tmp_path, mtkit_cli):
+    result = mtkit_cli(["--help"], cwd=tmp_path)
+    assert result.returncode == 0
+    for command in ("spm-train", "binarize", "train", "average", "translate", "score"):
+        assert re.search(rf"^\s+{command}\s", result.stdout, re.M), command
+
+
+def test_version(tmp_path, mtkit_cli):
+    result = mtkit_cli(["--version"], cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"mtkit {mtkit.__version__}"
+
+
+# --------------------------------------------------------------------------- 3. subcommands
+
+
+def test_spm_train_then_binarize_from_flags(tmp_path, mtkit_cli):
+    result = mtkit_cli(
+        ["spm-train", "--input", DATA / "train.es", "--input", DATA / "train.en",
+         "--model-prefix", "tok/P", "--vocab-size", "300"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    assert (tmp_path / "tok" / "P.model").stat().st_size > 0
+
+    result = mtkit_cli(
+        ["binarize", "--tokenizer", "tok/P.model", "--src", DATA / "train.es",
+         "--tgt", DATA / "train.en", "--out", "bin"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "bin" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["splits"]["train"]["lines"] == line_count(DATA / "train.es")
+    assert (tmp_path / "bin" / "train.src.bin").is_file()
+
+
+# --------------------------------------------------------------------------- 4. error rows
+
+
+def write_recipe(directory: Path, name: str = "tiny.yaml", **changes) -> Path:
+    """tiny.yaml with `section__key=value` changes (value None deletes the key)."""
+    raw = yaml.safe_load(bible_recipe(directory).read_text(encoding="utf-8"))
+    for dotted, value in changes.items():
+        node = raw
+        *parents, last = dotted.split("__")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    path = directory / name
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def with_train_files(directory: Path, src: Path, tgt: Path) -> None:
+    write_recipe(directory, data__train={"src": str(src), "tgt": str(tgt)})
+
+
+def setup_yaml_syntax(d, run):
+    (d / "tiny.yaml").write_text("data:\n  train:\n    src: a.es\n   tgt: a.en\n")
+    return ["train", "tiny.yaml"]
+
+
+def setup_parallel_mismatch(d, run):
+    (d / "short.en").write_text("".join(f"line {i}\n" for i in range(100)))
+    with_train_files(d, DATA / "train.es", d / "short.en")
+    return ["train", "tiny.yaml"]
+
+
+def setup_empty_corpus(d, run):
+    (d / "empty.es").write_bytes(b"")
+    (d / "empty.en").write_bytes(b"")
+    with_train_files(d, d / "empty.es", d / "empty.en")
+    return ["train", "tiny.yaml"]
+
+
+def setup_blank_corpus(d, run):
+    (d / "blank.es").write_bytes(b"\n\n\n")
+    (d / "blank.en").write_bytes(b"\n\n\n")
+    with_train_files(d, d / "blank.es", d / "blank.en")
+    return ["train", "tiny.yaml"]
+
+
+def setup_invalid_utf8(d, run):
+    (d / "bad.es").write_bytes((DATA / "train.es").read_bytes() + b"hola \xff mundo\n")
+    (d / "bad.en").write_bytes((DATA / "train.en").read_bytes() + b"hello world\n")
+    with_train_files(d, d / "bad.es", d / "bad.en")
+    return ["train", "tiny.yaml"]
+
+
+def setup_truncated_model(d, run):
+    (d / "trunc.pt").write_bytes(run.model.read_bytes()[:1000])
+    return ["translate", "-m", "trunc.pt"]
+
+
+def setup_foreign_model(d, run):
+    torch.save({"weights": torch.zeros(3)}, d / "foreign.pt")
+    return ["translate", "-m", "foreign.pt"]
+
+
+def setup_text_model(d, run):
+    (d / "text.pt").write_text("this is not a model\n")
+    return ["translate", "-m", "text.pt"]
+
+
+def setup_score_mismatch(d, run):
+    (d / "hyp.en").write_text("one\ntwo\n")
+    (d / "ref.en").write_text("one\ntwo\nthree\n")
+    return ["score", "--ref", "ref.en", "-i", "hyp.en"]
+
+
+def setup_average_incompatible(d, run):
+    """model.pt of the tiny run and a d_model=32 model of the same recipe and vocabulary."""
+    bundle = torch.load(run.model, weights_only=True)
+    bundle["recipe"]["model"]["d_model"] = 32
+    cfg = recipe_from_dict(bundle["recipe"]).model
+    tok = Tokenizer.from_bytes(bundle["spm_src"], bundle["spm_tgt"])
+    bundle["model"] = Transformer(cfg, tok.src_vocab_size, tok.tgt_vocab_size, PAD_ID).state_dict()
+    save_checkpoint(d / "narrow.pt", bundle)
+    return ["average", run.model, "narrow.pt", "-o", "avg.pt"]
+
+
+ROWS = {
+    # name: (setup(dir, tiny_run) -> argv, needles the one error line must contain)
+    "missing recipe": (lambda d, run: ["train", "nope.yaml"], ["nope.yaml", "not found"]),
+    "yaml syntax error": (setup_yaml_syntax, ["tiny.yaml:4:4", "YAML"]),
+    "unknown key": (
+        lambda d, run: [
+            "train",
+            write_recipe(d, tokenizer={"vocab_sise": 300}).name,
+        ],
+        ["tiny.yaml", "tokenizer.vocab_sise", "did you mean 'vocab_size'"],
+    ),
+    "wrong type": (
+        lambda d, run: ["train", write_recipe(d, train__max_steps="lots").name],
+        ["tiny.yaml", "train.max_steps", "integer", "lots"],
+    ),
+    "out of range": (
+        lambda d, run: ["train", write_recipe(d, model__dropout=1.5).name],
+        ["tiny.yaml", "model.dropout", "1.5", "range"],
+    ),
+    "d_model not divisible by heads": (
+        lambda d, run: ["train", write_recipe(d, model__heads=3).name],
+        ["tiny.yaml", "model.d_model", "model.heads"],
+    ),
+    "missing data file": (
+        lambda d, run: ["train", write_recipe(d, data__valid__src=str(d / "nope.es")).name],
+        ["tiny.yaml", "data.valid.src", "nope.es"],
+    ),
+    "parallel files differ in length": (
+        setup_parallel_mismatch, ["train.es", "short.en", "300", "100"]
+    ),
+    "empty training corpus": (setup_empty_corpus, ["empty.es", "no non-empty lines"]),
+    "corpus of empty lines": (setup_blank_corpus, ["blank.es", "no non-empty lines"]),
+    "invalid UTF-8 in training data": (setup_invalid_utf8, ["bad.es:301", "UTF-8"]),
+    "vocab size too large": (
+        lambda d, run: ["train", write_recipe(d, tokenizer__vocab_size=50000).name],
+        ["tokenizer.vocab_size", "50000"],
+    ),
+    "--set unknown key": (
+        lambda d, run: ["train", bible_recipe(d).name, "--set", "train.max_stepz=5"],
+        ["train.max_stepz", "did you mean 'max_steps'"],
+    ),
+    "--set unparsable value": (
+        lambda d, run: ["train", bible_recipe(d).name, "--set", "train.lr=[0.1"],
+        ["train.lr", "[0.1"],
+    ),
+    "--set value of the wrong type": (
+        lambda d, run: ["train", bible_recipe(d).name, "--set", "train.lr=fast"],
+        ["train.lr", "fast"],
+    ),
+    "translate: missing model": (
+        lambda d, run: ["translate", "-m", "nope.pt"], ["nope.pt", "not found"]
+    ),
+    "translate: missing --input file": (
+        lambda d, run: ["translate", "-m", run.model, "--input", "nope.es"], ["nope.es"]
+    ),
+    "translate: truncated model": (setup_truncated_model, ["trunc.pt"]),
+    "translate: foreign torch file": (setup_foreign_model, ["foreign.pt", "not an mtkit"]),
+    "translate: text file as model": (setup_text_model, ["text.pt"]),
+    "score: line counts differ": (setup_score_mismatch, ["2 lines", "ref.en", "has 3"]),
+    "average: incompatible checkpoints": (
+        setup_average_incompatible, ["narrow.pt", "architecture"]
+    ),
+}
+
+
+@pytest.mark.parametrize("row", list(ROWS))
+def test_error_row(row, tiny_run, tmp_path, mtkit_inprocess, expect_error):
+    setup, needles = ROWS[row]
+    argv = setup(tmp_path, tiny_run)
+    expect_error(mtkit_inprocess(argv, tmp_path), *needles)
+    if row.startswith("average"):
+        assert not (tmp_path / "avg.pt").exists()
+
+
+def test_error_row_in_a_real_process(tiny_run, tmp_path, mtkit_cli, expect_error):
+    """The same contract from the installed script in its own process."""
+    (tmp_path / "trunc.pt").write_bytes(tiny_run.model.read_bytes()[:1000])
+    result = mtkit_cli(["translate", "-m", "trunc.pt"], cwd=tmp_path, input="hola\n")
+    expect_error(result, "trunc.pt")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: translate --input DIRECTORY ends in a traceback (IsADirectoryError from "
+    "os.read; cli._open_input accepts a directory)",
+)
+def test_translate_input_directory(tiny_run, tmp_path, mtkit_inprocess, expect_error):
+    (tmp_path / "indir").mkdir()
+    result = mtkit_inprocess(["translate", "-m", tiny_run.model, "--input", "indir"], tmp_path)
+    expect_error(result, "indir")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: --dry-run refuses a recipe whose data files do not exist yet, so the "
+    "README's own example (transformer-base.yaml --dry-run --set data.train...) fails; "
+    "cli.train should load the recipe with check_files=not dry_run",
+)
+def test_dry_run_does_not_need_the_data(tmp_path, mtkit_inprocess):
+    shutil.copy(Path(mtkit.__file__).parents[1] / "recipes" / "transformer-base.yaml", tmp_path)
+    result = mtkit_inprocess(
+        ["train", "transformer-base.yaml", "--dry-run", "--set", "data.train.src=corpus/train.de",
+         "--set", "data.train.tgt=corpus/train.en"],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["data"]["train"]["src"].endswith("corpus/train.de")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: a corpus of whitespace-only lines fails inside SentencePiece and the user "
+    "gets its internal message (tokenizer._CorpusStream counts '  ' as a non-empty line)",
+)
+def test_whitespace_only_corpus_gets_a_plain_message(tmp_path, mtkit_inprocess, expect_error):
+    (tmp_path / "blank.es").write_bytes(b"  \n\t\n \n")
+    (tmp_path / "blank.en").write_bytes(b" \n \n\n")
+    with_train_files(tmp_path, tmp_path / "blank.es", tmp_path / "blank.en")
+    message = expect_error(mtkit_inprocess(["train", "tiny.yaml"], tmp_path), "blank.es")
+    assert "INTERNAL" not in message and ".cc(" not in message, message
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: score does not name the hypothesis file when it is empty (cli.score calls "
+    "corpus_scores without hyp_name)",
+)
+def test_score_empty_hypothesis_file_is_named(tmp_path, mtkit_inprocess, expect_error):
+    (tmp_path / "hyp.en").write_bytes(b"")
+    (tmp_path / "ref.en").write_text("one\n")
+    expect_error(mtkit_inprocess(["score", "--ref", "ref.en", "-i", "hyp.en"], tmp_path),
+                 "hyp.en")
+
+
+def test_score_empty_hypothesis_file(tmp_path, mtkit_inprocess, expect_error):
+    (tmp_path / "hyp.en").write_bytes(b"")
+    (tmp_path / "ref.en").write_text("one\n")
+    result = mtkit_inprocess(["score", "--ref", "ref.en", "-i", "hyp.en"], tmp_path)
+    expect_error(result, "hypotheses", "no lines")
+
+
+def test_run_dir_of_another_recipe_is_refused(tiny_run, tmp_path, mtkit_inprocess,
+                                              expect_error):
+    run = tiny_run.copy_to(tmp_path)
+    shutil.copy(run.recipe, run.root / "other.yaml")
+    before = mtimes(run.run_dir)
+    result = mtkit_inprocess(["train", "other.yaml", "--run-dir", "runs/tiny"], run.root)
+    expect_error(result, "runs/tiny", "'tiny'", "'other'")
+    assert mtimes(run.run_dir) == before
+
+
+@pytest.fixture
+def changed_model_section(tiny_run, tmp_path, mtkit_inprocess):
+    run = tiny_run.copy_to(tmp_path)
+    before = mtimes(run.run_dir)
+    recipe_yaml = (run.run_dir / "recipe.yaml").read_text(encoding="utf-8")
+    result = mtkit_inprocess(["train", "tiny.yaml", "--set", "model.ffn_dim=64"], run.root)
+    return run, result, before, recipe_yaml
+
+
+def test_changed_model_section_is_refused(changed_model_section, expect_error):
+    run, result, before, _ = changed_model_section
+    expect_error(result, "model.ffn_dim", "--restart")
+    after = mtimes(run.run_dir)
+    assert {k: v for k, v in after.items() if k != "recipe.yaml"} == {
+        k: v for k, v in before.items() if k != "recipe.yaml"
+    }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: a refused run (changed model section) still overwrites RUN_DIR/recipe.yaml "
+    "with the rejected recipe (pipeline._claim_run_dir writes it before train_stage checks)",
+)
+def test_changed_model_section_leaves_recipe_yaml_alone(changed_model_section):
+    run, _, _, recipe_yaml = changed_model_section
+    assert (run.run_dir / "recipe.yaml").read_text(encoding="utf-8") == recipe_yaml
+
+
+# --------------------------------------------------------------------------- 6. score
+
+
+def sacrebleu_scores(refs: list[Path], hyp: Path) -> list[float]:
+    """BLEU and chrF from the sacrebleu command itself, 4 decimals."""
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("sacrebleu")), *map(str, refs), "-i", str(hyp),
+         "-m", "bleu", "chrf", "-b", "-w", "4"],
+        capture_output=True, text=True, check=True,
+    )
+    return [float(x) for x in json.loads(done.stdout)]
+
+
+@pytest.fixture(scope="module")
+def half_right(tmp_path_factory) -> Path:
+    """A hypothesis file with a middling BLEU: every other reference line, words reversed."""
+    path = tmp_path_factory.mktemp("hyp") / "half.en"
+    refs = (DATA / "test.en").read_text(encoding="utf-8").split("\n")[:-1]
+    out = [r if i % 2 else " ".join(reversed(r.split())) for i, r in enumerate(refs)]
+    path.write_text("".join(line + "\n" for line in out), encoding="utf-8")
+    return path
+
+
+def test_score_json_matches_sacrebleu(tiny_run, mtkit_cli):
+    hyp = next((tiny_run.run_dir / "eval").glob("*.hyp.en"))
+    result = mtkit_cli(["score", "--ref", DATA / "test.en", "--json", "-i", hyp],
+                       cwd=tiny_run.root)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["name"] for r in rows] == ["BLEU", "chrF2"]
+    expected = sacrebleu_scores([DATA / "test.en"], hyp)
+    assert [round(r["score"], 4) for r in rows] == pytest.approx(expected, abs=1e-4)
+    assert all("nrefs:1" in r["signature"] and "version:" in r["signature"] for r in rows)
+
+
+def test_score_two_references_match_sacrebleu(tiny_run, half_right, mtkit_cli, tmp_path):
+    other = tmp_path / "other.en"  # a second reference that differs from the first
+    other.write_text((DATA / "test.en").read_text(encoding="utf-8").replace(" the ", " a "),
+                     encoding="utf-8")
+    result = mtkit_cli(["score", "--ref", DATA / "test.en", "--ref", other],
+                       cwd=tiny_run.root, input=half_right.read_bytes())
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("BLEU|nrefs:2") and lines[1].startswith("chrF2|nrefs:2")
+    printed = [float(re.search(r" = ([\d.]+)", line).group(1)) for line in lines]
+    expected = sacrebleu_scores([DATA / "test.en", other], half_right)
+    assert printed == [round(x, 2) for x in expected]
+    assert 20 < printed[0] < 90  # a middling score: a meaningful comparison
+
+
+def test_score_significance_prints_a_p_value(tiny_run, half_right, mtkit_cli):
+    hyp = next((tiny_run.run_dir / "eval").glob("*.hyp.en"))
+    result = mtkit_cli(["score", "--ref", DATA / "test.en", "-s", hyp, "-s", half_right],
+                       cwd=tiny_run.root)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    baseline = [r for r in rows if r[0] == str(hyp)]
+    other = [r for r in rows if r[0] == str(half_right)]
+    assert len(baseline) == 2 and len(other) == 2
+    assert all("baseline" in r[-1] for r in baseline)
+    for row in other:
+        assert re.search(r"p = 0\.\d{4}", row[-1]), row
