@@ -40,6 +40,7 @@ class DecodeOptions:
     max_len_b: int = 10
     max_tokens: int = 4096
     scores: bool = False
+    use_cache: bool = True  # False recomputes every prefix: the reference for benchmarks
 
 
 @dataclass
@@ -143,18 +144,13 @@ class Translator:
         for batch in token_batches([len(ids) + 1 for ids in encoded], opts.max_tokens):
             src = pad_sources([encoded[k] for k in batch]).to(self.device)
             if opts.beam == 1 and opts.nbest == 1:
-                found = [
-                    [h] for h in greedy_search(self.models, src, opts.max_len_a, opts.max_len_b)
-                ]
+                best = greedy_search(self.models, src, opts.max_len_a, opts.max_len_b,
+                                     use_cache=opts.use_cache)
+                found = [[h] for h in best]
             else:
                 found = beam_search(
-                    self.models,
-                    src,
-                    beam=opts.beam,
-                    lenpen=opts.lenpen,
-                    nbest=opts.nbest,
-                    max_len_a=opts.max_len_a,
-                    max_len_b=opts.max_len_b,
+                    self.models, src, beam=opts.beam, lenpen=opts.lenpen, nbest=opts.nbest,
+                    max_len_a=opts.max_len_a, max_len_b=opts.max_len_b, use_cache=opts.use_cache,
                 )
             for k, hyps in zip(batch, found):
                 results[todo[k]] = hyps
