@@ -98,20 +98,25 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: model file not found")
+    with open(path, "rb") as file:
+        magic = file.read(4)
+    if magic != b"PK\x03\x04":  # torch.save writes zip archives
+        raise CheckpointError(f"{path}: not an mtkit checkpoint (not a PyTorch zip file)")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path}: truncated or corrupt checkpoint (incomplete zip archive)")
     try:
         bundle = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        if zipfile.is_zipfile(path):
-            first = str(exc).strip().splitlines()[-1][:120]
-            raise CheckpointError(
-                f"{path}: refused: the file holds pickled objects that could run code ({first}); "
-                "mtkit loads only plain tensors and values"
-            ) from None
-        raise CheckpointError(f"{path}: not an mtkit checkpoint (unreadable format)") from None
-    except Exception as exc:  # noqa: BLE001 - a damaged file fails in many ways inside torch
-        reason = str(exc).strip().splitlines()[0][:100] if str(exc).strip() else type(exc).__name__
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        first = next((line for line in lines if "Unsupported" in line), lines[0] if lines else "")
+        first = first[:120]
         raise CheckpointError(
-            f"{path}: not a readable mtkit checkpoint (truncated or corrupt? {reason})"
+            f"{path}: refused: the file holds pickled objects that could run code ({first}); "
+            "mtkit loads only plain tensors and values"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - a damaged file fails in many ways inside torch
+        raise CheckpointError(
+            f"{path}: truncated or corrupt checkpoint ({type(exc).__name__})"
         ) from None
     if not isinstance(bundle, dict) or bundle.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an mtkit checkpoint (no mtkit format marker)")

@@ -185,7 +185,8 @@ def average(
     paths = list(checkpoints or [])
     if last:
         if len(paths) != 1 or not paths[0].is_dir():
-            raise ConfigError("average --last K takes exactly one run directory")
+            given = " ".join(map(str, paths)) or "nothing"
+            raise ConfigError(f"average --last K takes exactly one run directory, got {given}")
         paths = RunPaths(paths[0]).step_checkpoints()[-last:]
         if not paths:
             raise ConfigError(f"average: no step checkpoints in {checkpoints[0]}/checkpoints")
@@ -237,7 +238,10 @@ def translate(
 
         atomic_write(output_file, lambda f: translate_stream(translator, in_fd, f))
     else:
-        translate_stream(translator, in_fd, sys.stdout.buffer)
+        try:
+            translate_stream(translator, in_fd, sys.stdout.buffer)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
     if not quiet:
         sys.stderr.write(translator.stats.summary() + "\n")
 
@@ -245,6 +249,8 @@ def translate(
 def _open_input(path: Path | None) -> int:
     if path is None:
         return sys.stdin.fileno()
+    if path.is_dir():
+        raise ConfigError(f"--input {path}: is a directory, expected a text file")
     try:
         return os.open(path, os.O_RDONLY)
     except OSError as exc:
@@ -300,6 +306,7 @@ def score(
         lowercase=lowercase,
         tgt_lang=tgt_lang,
         ref_names=ref_names,
+        hyp_name=str(hyp) if hyp is not None else "<stdin>",
     )
     if as_json:
         payload = [{"name": s.name, "score": s.score, "signature": s.signature} for s in results]
@@ -334,6 +341,13 @@ def _print_rows(rows: list[dict], as_json: bool) -> None:
 
 
 # --------------------------------------------------------------------------- entry point
+
+
+def _quiet_broken_pipe() -> None:
+    """`mtkit translate ... | head -1`: stop quietly with SIGPIPE's status, as Unix tools do."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail
+    sys.exit(141)
 
 
 def main() -> None:

@@ -192,7 +192,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> No
             value = yaml.safe_load(text) if text.strip() else ""
         except yaml.YAMLError:
             raise ConfigError(f"--set {item}: cannot parse the value {text!r}") from None
-        _check_override_key(parts, item)
+        leaf_type = _check_override_key(parts, item)
+        if _strip_optional(leaf_type) is Path and isinstance(value, str) and value:
+            # a path typed on the command line is relative to where the user stands
+            value = str(Path(value).expanduser().absolute())
         node = raw
         for part in parts[:-1]:
             child = node.get(part)
@@ -203,7 +206,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> No
         node[parts[-1]] = value
 
 
-def _check_override_key(parts: list[str], item: str) -> None:
+def _check_override_key(parts: list[str], item: str) -> Any:
+    """Check that the dotted key exists; return the type of the field it names."""
     cls: Any = Recipe
     for depth, part in enumerate(parts):
         hints = _field_types(cls)
@@ -213,6 +217,7 @@ def _check_override_key(parts: list[str], item: str) -> None:
         cls = _strip_optional(hints[part])
         if not dataclasses.is_dataclass(cls) and depth < len(parts) - 1:
             raise ConfigError(f"--set {item}: {'.'.join(parts[: depth + 1])} has no sub-keys")
+    return cls
 
 
 def check_data_files(recipe: Recipe, where: str) -> None:

@@ -53,6 +53,8 @@ def run_pipeline(
         start = time.perf_counter()
         stage()
         timings[name] = round(time.perf_counter() - start, 1)
+        if name == "train":  # the run accepted this recipe
+            _record_recipe(recipe, run_dir)
         if name == until:
             log.info("stopping after stage %s (--until)", name)
             break
@@ -61,7 +63,6 @@ def run_pipeline(
 
 def _claim_run_dir(recipe: Recipe, run_dir: Path) -> None:
     """A run directory belongs to one recipe name; refuse to mix two in one place."""
-    owner_file = run_dir / "recipe.yaml"
     owner_name = run_dir / "recipe.name"
     if owner_name.is_file():
         owner = owner_name.read_text(encoding="utf-8").strip()
@@ -72,7 +73,14 @@ def _claim_run_dir(recipe: Recipe, run_dir: Path) -> None:
             )
     else:
         atomic_write(owner_name, lambda f: f.write(recipe.name.encode() + b"\n"))
-    atomic_write(owner_file, lambda f: f.write(recipe.to_yaml().encode("utf-8")))
+
+
+def _record_recipe(recipe: Recipe, run_dir: Path) -> None:
+    """RUN_DIR/recipe.yaml: the resolved recipe the run's files were made with."""
+    path = run_dir / "recipe.yaml"
+    text = recipe.to_yaml().encode("utf-8")
+    if not path.is_file() or path.read_bytes() != text:
+        atomic_write(path, lambda f: f.write(text))
 
 
 # --------------------------------------------------------------------------- stamps

@@ -112,7 +112,7 @@ class _CorpusStream:
         try:
             for path in self.paths:
                 for line in read_lines(path):
-                    if line:
+                    if line.strip():
                         self.nonempty += 1
                         yield line
         except DataError as exc:
