@@ -21,10 +21,11 @@ $(STAMP): pyproject.toml
 
 demo: install
 	$(BIN)/mtkit train recipes/demo.yaml
+	@echo '--- Translating three verses of the test books (never seen in training):'
 	printf '%s\n' \
-	  'En el principio creó Dios los cielos y la tierra.' \
-	  'Y dijo Dios: Sea la luz; y fué la luz.' \
-	  'Bienaventurados los pacíficos, porque ellos serán llamados hijos de Dios.' \
+	  'Los Judíos tuvieron luz y alegría, y gozo y honra.' \
+	  'Entonces respondió Esther, y dijo: Mi petición y mi demanda es:' \
+	  'Que edificáis á Sión con sangre, y á Jerusalem con injusticia;' \
 	  | $(BIN)/mtkit translate -m runs/demo/model.pt
 
 test: install

@@ -45,7 +45,7 @@ def run_pipeline(
         ("tokenizer", lambda: tokenizer_stage(recipe, run_dir)),
         ("binarize", lambda: binarize_stage(recipe, run_dir)),
         ("train", lambda: train_stage(recipe, run_dir, restart, device)),
-        ("average", lambda: average_stage(recipe, run_dir)),
+        ("average", lambda: average_stage(recipe, run_dir, device)),
         ("eval", lambda: eval_stage(recipe, run_dir, device)),
     ]
     timings = {}
@@ -206,29 +206,66 @@ def train_stage(recipe: Recipe, run_dir: Path, restart: bool, device: str) -> No
     train(recipe, run_dir, tokenizer, run_dir / "data", fingerprints, device, restart)
 
 
-def average_stage(recipe: Recipe, run_dir: Path) -> Path:
+def average_stage(recipe: Recipe, run_dir: Path, device: str = "auto") -> Path:
+    """model.pt: the average of the last `average_last` step checkpoints or the best single
+    checkpoint, whichever translates the dev set better (early in training an average
+    that reaches back to weaker checkpoints can lose to the newest one)."""
     paths = RunPaths(run_dir)
     k = recipe.train.average_last
-    if k > 0:
-        sources = paths.step_checkpoints()[-k:]
-    else:
-        sources = [paths.best if paths.best.is_file() else paths.last]
+    best = paths.best if paths.best.is_file() else paths.last
+    sources = paths.step_checkpoints()[-k:] if k > 0 else []
     target = run_dir / "model.pt"
     stamp_path = run_dir / "model.stamp.json"
-    stamp = {"sources": [[p.name, file_fingerprint(p)] for p in sources]}
-    if target.is_file() and _read_stamp(stamp_path) == stamp:
+    stamp = {"sources": [[p.name, file_fingerprint(p)] for p in [*sources, best]]}
+    old = _read_stamp(stamp_path)
+    if target.is_file() and old is not None and old.get("sources") == stamp["sources"]:
         _skip("average", "model.pt is up to date with its checkpoints")
         return target
-    if k > 0:
-        _run("average", f"averaging {len(sources)} checkpoints into model.pt")
-        bundle = average_checkpoints(sources)
+    best_bundle = without_train_state(load_checkpoint(best))
+    chosen, bundle = best.name, best_bundle
+    if len(sources) > 1:
+        _run("average", f"averaging {len(sources)} checkpoints, comparing with {best.name}")
+        averaged = average_checkpoints(sources)
+        if recipe.data.valid is not None:
+            scores = {
+                "average": dev_bleu(recipe, averaged, device),
+                best.name: dev_bleu(recipe, best_bundle, device),
+            }
+            stamp["dev_bleu"] = scores
+            log.info("[average] dev BLEU: average of last %d %.2f | %s %.2f",
+                     len(sources), scores["average"], best.name, scores[best.name])
+            if scores["average"] >= scores[best.name]:
+                chosen, bundle = "average", averaged
+        else:
+            chosen, bundle = "average", averaged
     else:
-        _run("average", f"train.average_last is 0: model.pt is {sources[0].name}")
-        bundle = without_train_state(load_checkpoint(sources[0]))
+        _run("average", f"model.pt is {best.name}")
+    log.info("[average] model.pt is %s", "the average" if chosen == "average" else chosen)
+    stamp["chosen"] = chosen
     stamp_path.unlink(missing_ok=True)
     save_checkpoint(target, bundle)
     _write_stamp(stamp_path, stamp)
     return target
+
+
+def dev_bleu(recipe: Recipe, bundle: dict[str, Any], device: str) -> float:
+    """Greedy BLEU of a model bundle on the first `valid_bleu_lines` dev lines (all if 0)."""
+    from .metrics import corpus_scores
+    from .runtime import resolve_device
+    from .translate import DecodeOptions, Translator, model_from_bundle
+
+    torch_device = resolve_device(device)
+    tokenizer = Tokenizer.from_bytes(bundle["spm_src"], bundle["spm_tgt"])
+    model = model_from_bundle(bundle, tokenizer, "model.pt").to(torch_device)
+    d = recipe.decode
+    options = DecodeOptions(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
+                            max_tokens=recipe.train.max_tokens)
+    translator = Translator([model], tokenizer, options, torch_device)
+    limit = recipe.train.valid_bleu_lines or None
+    sources = list(read_lines(recipe.data.valid.src))[:limit]
+    refs = list(read_lines(recipe.data.valid.tgt))[:limit]
+    hyps = translator.format(translator.translate(sources), 0)
+    return corpus_scores(hyps, [refs], ("bleu",), tgt_lang=recipe.data.langs.tgt)[0].score
 
 
 def eval_stage(recipe: Recipe, run_dir: Path, device: str) -> dict[str, Any] | None:

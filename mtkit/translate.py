@@ -71,28 +71,28 @@ def load_models(
     paths: list[Path], device: torch.device
 ) -> tuple[list[Transformer], Tokenizer, Recipe]:
     """Load one or more model bundles (an ensemble must share its vocabulary)."""
-    models, tokenizer, recipe, first = [], None, None, None
-    for path in paths:
-        bundle = load_checkpoint(path)
-        if first is None:
-            first = bundle
-            tokenizer = Tokenizer.from_bytes(bundle["spm_src"], bundle["spm_tgt"])
-            recipe = recipe_from_dict(bundle["recipe"], where=str(path))
-        elif (bundle["spm_src"], bundle["spm_tgt"]) != (first["spm_src"], first["spm_tgt"]):
+    bundles = [load_checkpoint(path) for path in paths]
+    first = bundles[0]
+    for path, bundle in zip(paths[1:], bundles[1:]):
+        if (bundle["spm_src"], bundle["spm_tgt"]) != (first["spm_src"], first["spm_tgt"]):
             raise CheckpointError(
                 f"{path}: its vocabulary differs from {paths[0]}; an ensemble needs models "
                 "trained with the same tokenizer"
             )
-        model_recipe = recipe_from_dict(bundle["recipe"], where=str(path))
-        model = Transformer(
-            model_recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID
-        )
-        try:
-            model.load_state_dict(bundle["model"])
-        except RuntimeError:
-            raise CheckpointError(f"{path}: weights do not match the model it describes") from None
-        models.append(model.to(device).eval())
-    return models, tokenizer, recipe
+    tokenizer = Tokenizer.from_bytes(first["spm_src"], first["spm_tgt"])
+    models = [model_from_bundle(b, tokenizer, str(p)).to(device) for p, b in zip(paths, bundles)]
+    return models, tokenizer, recipe_from_dict(first["recipe"], where=str(paths[0]))
+
+
+def model_from_bundle(bundle: dict, tokenizer: Tokenizer, where: str) -> Transformer:
+    """The model a checkpoint bundle describes, with its weights, in eval mode."""
+    recipe = recipe_from_dict(bundle["recipe"], where=where)
+    model = Transformer(recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
+    try:
+        model.load_state_dict(bundle["model"])
+    except RuntimeError:
+        raise CheckpointError(f"{where}: weights do not match the model it describes") from None
+    return model.eval()
 
 
 def pad_sources(sources: list[list[int]]) -> torch.Tensor:
