@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
 import types
 import typing
@@ -376,7 +377,7 @@ def _coerce(tp: Any, value: Any, key: str, ctx: _Context) -> Any:
         if not isinstance(value, str) or not value:
             raise ctx.fail(key, f"expected a file path, got {_show(value)}")
         path = Path(value).expanduser()
-        return path if path.is_absolute() else ctx.base_dir / path
+        return path if path.is_absolute() else Path(os.path.normpath(ctx.base_dir / path))
     if tp is bool:
         if not isinstance(value, bool):
             raise ctx.fail(key, f"expected true or false, got {_show(value)}")
