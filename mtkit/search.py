@@ -132,6 +132,17 @@ def _as_list(models: Any) -> list[Any]:
     return list(models) if isinstance(models, (list, tuple)) else [models]
 
 
+def _start(
+    models: Any, src: Tensor, a: float, b: int, use_cache: bool, bos: int, eos: int, pad: int
+) -> tuple[Tensor, int, _Ensemble]:
+    """What both searches begin with: per-sentence caps (B,), the step count, the ensemble
+    with its encoder run once."""
+    models = _as_list(models)
+    caps = _caps(models, src, a, b, bos, eos, pad)  # (B,)
+    steps = int(caps.max())
+    return caps, steps, _Ensemble(models, src, steps, use_cache, never=(pad, bos))
+
+
 # --------------------------------------------------------------------------- greedy
 
 
@@ -147,13 +158,10 @@ def greedy_search(
     pad: int = PAD,
 ) -> list[Hypothesis]:
     """The argmax translation of each sentence of src (B, S), in order."""
-    models = _as_list(models)
     batch = src.size(0)
     if batch == 0:
         return []
-    caps = _caps(models, src, max_len_a, max_len_b, bos, eos, pad)  # (B,)
-    steps = int(caps.max())
-    dec = _Ensemble(models, src, steps, use_cache, never=(pad, bos))
+    caps, steps, dec = _start(models, src, max_len_a, max_len_b, use_cache, bos, eos, pad)
 
     # Live rows: sentence index, BOS + tokens so far, summed log-prob, cap.
     rows = torch.arange(batch, device=src.device)  # (N,)
@@ -379,13 +387,10 @@ def beam_search(
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
-    models = _as_list(models)
     batch = src.size(0)
     if batch == 0:
         return []
-    caps = _caps(models, src, max_len_a, max_len_b, bos, eos, pad)  # (B,)
-    steps = int(caps.max())
-    dec = _Ensemble(models, src, steps, use_cache, never=(pad, bos))
+    caps, steps, dec = _start(models, src, max_len_a, max_len_b, use_cache, bos, eos, pad)
     dec.reorder(torch.arange(batch, device=src.device).repeat_interleave(beam))
     beams = _Beams.start(caps, beam, nbest, steps, bos, pad)
     results = _Finished.empty(batch, nbest, steps, src.device)  # by sentence
