@@ -211,14 +211,29 @@ def translate(
     output_file: Path | None = typer.Option(None, "--output", help="Write here, not stdout."),
     scores: bool = typer.Option(False, "--scores", help="Append TAB + hypothesis score."),
     quiet: bool = typer.Option(False, "--quiet", help="No summary line on stderr."),
+    quantize: str = typer.Option(
+        "none", "--quantize", help="int8: dynamic int8 linear layers (CPU), or none."
+    ),
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output)."""
     from .runtime import resolve_device, set_threads
-    from .translate import DecodeOptions, Translator, load_models, translate_stream
+    from .translate import (
+        DecodeOptions,
+        Translator,
+        load_models,
+        quantize_int8,
+        translate_stream,
+    )
 
     set_threads(threads)
     torch_device = resolve_device(device)
+    if quantize not in ("none", "int8"):
+        raise ConfigError(f"--quantize {quantize}: expected none or int8")
+    if quantize == "int8" and torch_device.type != "cpu":
+        raise ConfigError("--quantize int8 runs on the CPU; use --device cpu")
     loaded, tokenizer, recipe = load_models(models, torch_device)
+    if quantize == "int8":
+        loaded = [quantize_int8(model) for model in loaded]
     d = recipe.decode
     options = DecodeOptions(
         beam=beam if beam is not None else d.beam,

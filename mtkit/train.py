@@ -656,6 +656,8 @@ def train(
 ) -> Progress:
     """Train (or resume) the run in run_dir; returns where it stopped."""
     trainer = Trainer(recipe, run_dir, tokenizer, data_dir, data_fingerprints, device)
+    for stale in RunPaths(run_dir).checkpoints.glob(".*.tmp"):  # left by a killed run
+        stale.unlink(missing_ok=True)
     if restart:
         _clear_run(RunPaths(run_dir))
     else:

@@ -13,12 +13,14 @@ import logging
 import os
 import select
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import torch
+from torch import nn
 
 from .checkpoint import load_checkpoint
 from .config import Recipe, recipe_from_dict
@@ -93,6 +95,16 @@ def model_from_bundle(bundle: dict, tokenizer: Tokenizer, where: str) -> Transfo
     except RuntimeError:
         raise CheckpointError(f"{where}: weights do not match the model it describes") from None
     return model.eval()
+
+
+def quantize_int8(model: Transformer) -> Transformer:
+    """Dynamic int8 quantisation of every linear layer, for CPU inference: weights stored
+    in int8, activations quantised on the fly per batch; embeddings stay fp32."""
+    with warnings.catch_warnings():
+        # torch.ao's eager-mode API and quantized tensors are deprecated in favour of
+        # torchao, an extra package; in torch 2.13 they are the in-tree way and work.
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
 
 
 def pad_sources(sources: list[list[int]]) -> torch.Tensor:

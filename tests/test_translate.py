@@ -323,3 +323,53 @@ def test_closed_stdout_ends_quietly(closed_stdout):
 def test_closed_stdout_exit_code_is_141(closed_stdout):
     _, _, status = closed_stdout
     assert status == 141
+
+
+# --------------------------------------------------------------------------- int8
+
+
+def test_int8_quantisation_keeps_the_line_contract_and_the_model(model, mtkit_cli, tmp_path):
+    from mtkit.translate import quantize_int8
+
+    result = mtkit_cli(["translate", "-m", model, "--beam", "2", "--quantize", "int8"],
+                       cwd=tmp_path, input=b"".join(line + b"\n" for line in HOSTILE))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == len(HOSTILE)
+
+    models, tokenizer, _ = load_models([model], torch.device("cpu"))
+    quantized = quantize_int8(models[0])
+    assert not isinstance(quantized.out_proj, torch.nn.Linear)  # the linears were replaced
+    src = torch.tensor([tokenizer.encode_src(["Y dijo Dios: Sea la luz."])[0] + [3]])
+    tgt = torch.tensor([[2] + tokenizer.encode_tgt(["And God said, Let there be light."])[0]])
+    with torch.inference_mode():
+        full = models[0](src, tgt).log_softmax(-1)
+        approx = quantized(src, tgt).log_softmax(-1)
+    assert (full.argmax(-1) == approx.argmax(-1)).float().mean() >= 0.8
+    assert (full - approx).abs().max() < 1.0  # int8 weights: close, not equal
+
+
+def test_line_buffers_are_bounded_on_a_long_input():
+    """Memory stays bounded: however much input waits, a buffer never exceeds max_lines,
+    and every line comes out once, in order."""
+    import threading
+
+    from mtkit.translate import read_line_buffers
+
+    read_fd, write_fd = os.pipe()
+    total = 20_000
+
+    def feed():
+        with os.fdopen(write_fd, "wb") as pipe:
+            for i in range(total):
+                pipe.write(b"line %d\n" % i)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    sizes, seen = [], 0
+    for buffer in read_line_buffers(read_fd, max_lines=500):
+        sizes.append(len(buffer))
+        assert buffer[0] == b"line %d" % seen
+        seen += len(buffer)
+    writer.join()
+    os.close(read_fd)
+    assert seen == total and max(sizes) <= 500
