@@ -214,26 +214,17 @@ def translate(
     quantize: str = typer.Option(
         "none", "--quantize", help="int8: dynamic int8 linear layers (CPU), or none."
     ),
+    engine: str = typer.Option(
+        "auto", "--engine", help="torch, ctranslate2, or auto (ctranslate2 for an export dir)."
+    ),
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output)."""
     from .runtime import resolve_device, set_threads
-    from .translate import (
-        DecodeOptions,
-        Translator,
-        load_models,
-        quantize_int8,
-        translate_stream,
-    )
+    from .translate import DecodeOptions, Translator, translate_stream
 
     set_threads(threads)
     torch_device = resolve_device(device)
-    if quantize not in ("none", "int8"):
-        raise ConfigError(f"--quantize {quantize}: expected none or int8")
-    if quantize == "int8" and torch_device.type != "cpu":
-        raise ConfigError("--quantize int8 runs on the CPU; use --device cpu")
-    loaded, tokenizer, recipe = load_models(models, torch_device)
-    if quantize == "int8":
-        loaded = [quantize_int8(model) for model in loaded]
+    backend, tokenizer, recipe = _engine(models, engine, quantize, torch_device, threads)
     d = recipe.decode
     options = DecodeOptions(
         beam=beam if beam is not None else d.beam,
@@ -246,7 +237,7 @@ def translate(
     )
     if options.beam < 1 or options.nbest < 1 or options.nbest > options.beam:
         raise ConfigError("--nbest must be between 1 and --beam, and --beam at least 1")
-    translator = Translator(loaded, tokenizer, options, torch_device)
+    translator = Translator(backend, tokenizer, options, torch_device)
     in_fd = _open_input(input_file)
     if output_file is not None:
         from .checkpoint import atomic_write
@@ -259,6 +250,50 @@ def translate(
             _quiet_broken_pipe()
     if not quiet:
         sys.stderr.write(translator.stats.summary() + "\n")
+
+
+def _engine(models: list[Path], engine: str, quantize: str, device, threads: int):
+    """The decoding engine for `translate`: mtkit's models, or a CTranslate2 export."""
+    from . import ct2
+    from .translate import load_models, quantize_int8
+
+    if engine not in ("auto", "torch", "ctranslate2"):
+        raise ConfigError(f"--engine {engine}: expected auto, torch or ctranslate2")
+    if quantize not in ("none", "int8"):
+        raise ConfigError(f"--quantize {quantize}: expected none or int8")
+    exported = [ct2.is_exported_model(m) for m in models]
+    if engine == "ctranslate2" or (engine == "auto" and any(exported)):
+        if len(models) != 1 or not exported[0]:
+            raise ConfigError(
+                "--engine ctranslate2 takes one directory written by `mtkit export`"
+            )
+        backend = ct2.CTranslate2Engine(models[0], device.type, threads)
+        return backend, backend.tokenizer, backend.recipe
+    if quantize == "int8" and device.type != "cpu":
+        raise ConfigError("--quantize int8 runs on the CPU; use --device cpu")
+    loaded, tokenizer, recipe = load_models(models, device)
+    if quantize == "int8":
+        loaded = [quantize_int8(model) for model in loaded]
+    return loaded, tokenizer, recipe
+
+
+@app.command()
+def export(
+    model: Path = typer.Option(..., "-m", "--model", help="The mtkit model to export."),
+    output: Path = typer.Option(..., "-o", "--output", help="The directory to write."),
+    fmt: str = typer.Option("ctranslate2", "--format", help="Export format: ctranslate2."),
+    quantization: str = typer.Option(
+        "int8", "--quantization", help="int8, int8_float32 or float32 weights."
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace an existing directory."),
+) -> None:
+    """Export a model for CTranslate2 (needs the extra: pip install 'mtkit[ct2]')."""
+    from . import ct2
+
+    if fmt != "ctranslate2":
+        raise ConfigError(f"--format {fmt}: expected ctranslate2")
+    ct2.export(model, output, quantization, force)
+    log.info("exported %s to %s (%s)", model, output, quantization)
 
 
 def _open_input(path: Path | None) -> int:

@@ -247,6 +247,11 @@ class Tokenizer:
         clean = [[int(i) for i in seq if i >= NUM_SPECIALS] for seq in ids]
         return self._tgt.decode(clean, num_threads=self._spm_threads())
 
+    def pieces(self, side: str) -> list[str]:
+        """The vocabulary of one side ("src" or "tgt"), piece by id."""
+        proc = self._src if side == "src" else self._tgt
+        return [proc.id_to_piece(i) for i in range(proc.vocab_size())]
+
     def fingerprint(self) -> str:
         """Hex sha256 over the model bytes: equal fingerprints mean identical tokenization."""
         digest = hashlib.sha256(b"joint\0" if self.joint else b"separate\0")

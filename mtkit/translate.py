@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import torch
 from torch import nn
@@ -120,22 +120,46 @@ def pad_sources(sources: list[list[int]]) -> torch.Tensor:
 # --------------------------------------------------------------------------- translating
 
 
-class Translator:
-    def __init__(
-        self,
-        models: list[Transformer],
-        tokenizer: Tokenizer,
-        options: DecodeOptions,
-        device: torch.device,
-    ):
+class TorchEngine:
+    """Decodes encoded sources with mtkit's own models and search (an ensemble if several)."""
+
+    def __init__(self, models: list[Transformer], device: torch.device):
         self.models = models
-        self.tokenizer = tokenizer
-        self.options = options
         self.device = device
         self.max_source = min(m.cfg.max_positions for m in models) - 1  # room for EOS
-        self.stats = Stats()
 
     @torch.inference_mode()
+    def __call__(self, sources: list[list[int]], opts: DecodeOptions) -> list[list[Hypothesis]]:
+        src = pad_sources(sources).to(self.device)
+        if opts.beam == 1 and opts.nbest == 1:
+            best = greedy_search(self.models, src, opts.max_len_a, opts.max_len_b,
+                                 use_cache=opts.use_cache)
+            return [[h] for h in best]
+        return beam_search(
+            self.models, src, beam=opts.beam, lenpen=opts.lenpen, nbest=opts.nbest,
+            max_len_a=opts.max_len_a, max_len_b=opts.max_len_b, use_cache=opts.use_cache,
+        )
+
+
+class Translator:
+    """Text lines in, hypotheses out; the engine (mtkit's models, or a CTranslate2 model:
+    see ct2.py) sees only non-empty, token-bounded batches of encoded sources."""
+
+    def __init__(
+        self,
+        engine: list[Transformer] | Any,
+        tokenizer: Tokenizer,
+        options: DecodeOptions,
+        device: torch.device | None = None,
+    ):
+        if isinstance(engine, list):
+            engine = TorchEngine(engine, device or torch.device("cpu"))
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.options = options
+        self.max_source = engine.max_source
+        self.stats = Stats()
+
     def translate(self, lines: list[str]) -> list[list[Hypothesis]]:
         """n-best hypotheses per line (empty lines get one empty hypothesis)."""
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in lines]
@@ -154,16 +178,7 @@ class Translator:
                     )
         opts = self.options
         for batch in token_batches([len(ids) + 1 for ids in encoded], opts.max_tokens):
-            src = pad_sources([encoded[k] for k in batch]).to(self.device)
-            if opts.beam == 1 and opts.nbest == 1:
-                best = greedy_search(self.models, src, opts.max_len_a, opts.max_len_b,
-                                     use_cache=opts.use_cache)
-                found = [[h] for h in best]
-            else:
-                found = beam_search(
-                    self.models, src, beam=opts.beam, lenpen=opts.lenpen, nbest=opts.nbest,
-                    max_len_a=opts.max_len_a, max_len_b=opts.max_len_b, use_cache=opts.use_cache,
-                )
+            found = self.engine([encoded[k] for k in batch], opts)
             for k, hyps in zip(batch, found):
                 results[todo[k]] = hyps
         self.stats.sentences += len(lines)

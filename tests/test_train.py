@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from toy import bible_recipe, reverse_task, tiny_model
+from toy import bible_recipe, reverse_recipe, reverse_task
 
 from mtkit.config import load_recipe, recipe_from_dict
 from mtkit.pipeline import binarize_stage, data_fingerprints, tokenizer_stage
@@ -24,27 +24,7 @@ def prepare(recipe, run_dir: Path):
 def test_reverse_task_canary(tmp_path):
     """A correct model and trainer learn to reverse short sequences within seconds."""
     files = reverse_task(tmp_path / "data")
-    raw = {
-        "data": {
-            "train": dict(zip(("src", "tgt"), map(str, files["train"]))),
-            "valid": dict(zip(("src", "tgt"), map(str, files["valid"]))),
-        },
-        "tokenizer": {"vocab_size": 24, "model_type": "bpe"},
-        "model": tiny_model(dropout=0.0),
-        "train": {
-            "max_tokens": 2048,
-            "lr": 0.004,
-            "warmup_steps": 50,
-            "max_steps": 350,
-            "valid_every": 1000,
-            "save_every": 1000,
-            "log_every": 100,
-            "label_smoothing": 0.0,
-            "average_last": 0,
-            "valid_bleu_lines": 0,
-        },
-    }
-    recipe = recipe_from_dict(raw, name="reverse")
+    recipe = recipe_from_dict(reverse_recipe(files), name="reverse")
     run_dir = tmp_path / "run"
     tokenizer, fingerprints = prepare(recipe, run_dir)
     train(recipe, run_dir, tokenizer, run_dir / "data", fingerprints, device="cpu")

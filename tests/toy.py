@@ -31,6 +31,19 @@ def reverse_task(directory: Path, n_train: int = 3000, n_test: int = 100, seed: 
     }
 
 
+def reverse_recipe(files: dict, max_steps: int = 350) -> dict[str, Any]:
+    """A raw recipe (for recipe_from_dict) that learns the reverse task in seconds."""
+    return {
+        "data": {"train": dict(zip(("src", "tgt"), map(str, files["train"]))),
+                 "valid": dict(zip(("src", "tgt"), map(str, files["valid"])))},
+        "tokenizer": {"vocab_size": 24, "model_type": "bpe"},
+        "model": tiny_model(dropout=0.0),
+        "train": {"max_tokens": 2048, "lr": 0.004, "warmup_steps": 50, "max_steps": max_steps,
+                  "valid_every": 1000, "save_every": 1000, "log_every": 100,
+                  "label_smoothing": 0.0, "average_last": 0, "valid_bleu_lines": 0},
+    }
+
+
 def tiny_model(**changes: Any) -> dict[str, Any]:
     model = {
         "enc_layers": 2,

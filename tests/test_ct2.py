@@ -1,0 +1,69 @@
+"""CTranslate2 export: the exported float32 model decodes like mtkit's own, token for token."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import CLI_ENV, MTKIT
+from toy import reverse_recipe, reverse_task
+
+from mtkit.config import recipe_from_dict
+from mtkit.pipeline import binarize_stage, data_fingerprints, tokenizer_stage
+from mtkit.train import RunPaths, train
+from mtkit.translate import DecodeOptions, Translator, load_models
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+
+@pytest.fixture(scope="module")
+def reverse_model(tmp_path_factory):
+    """A tiny model trained on the reverse task: it ends its outputs with EOS."""
+    root = tmp_path_factory.mktemp("reverse")
+    files = reverse_task(root / "data")
+    recipe = recipe_from_dict(reverse_recipe(files, max_steps=250), name="reverse")
+    run = root / "run"
+    tokenizer = tokenizer_stage(recipe, run)
+    manifest = binarize_stage(recipe, run)
+    train(recipe, run, tokenizer, run / "data", data_fingerprints(manifest), "cpu")
+    return RunPaths(run).last, files["test"][0]
+
+
+def test_exported_float32_greedy_equals_mtkit(reverse_model, tmp_path):
+    from mtkit import ct2
+
+    model, test_src = reverse_model
+    out = tmp_path / "ct2"
+    ct2.export(model, out, "float32")
+    assert ct2.is_exported_model(out)
+    lines = test_src.read_text().splitlines()
+    options = DecodeOptions(beam=1, max_len_a=1.5, max_len_b=5)
+
+    models, tokenizer, _ = load_models([model], torch.device("cpu"))
+    ours = Translator(models, tokenizer, options, torch.device("cpu")).translate(lines)
+    engine = ct2.CTranslate2Engine(out, "cpu", threads=1)
+    theirs = Translator(engine, engine.tokenizer, options).translate(lines)
+    assert [h[0].tokens for h in ours] == [h[0].tokens for h in theirs]
+
+
+def test_export_and_translate_through_the_cli(reverse_model, tmp_path):
+    import subprocess
+
+    model, test_src = reverse_model
+    run = [str(MTKIT), "export", "-m", str(model), "-o", "exported", "--quantization", "int8"]
+    done = subprocess.run(run, cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    again = subprocess.run(run, cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True)
+    assert again.returncode == 2 and "--force" in again.stderr  # never overwrites silently
+
+    text = test_src.read_text().splitlines()[:20]
+    source = "\n".join(text[:10] + ["", "  "] + text[10:]) + "\n"
+    for extra in ([], ["--beam", "3", "--nbest", "2"]):
+        done = subprocess.run([str(MTKIT), "translate", "-m", "exported", *extra], cwd=tmp_path,
+                              env=CLI_ENV, input=source, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        rows = done.stdout.splitlines()
+        if not extra:
+            assert len(rows) == 22 and rows[10] == "" and rows[11] == ""
+        else:
+            indices = [int(r.split("\t")[0]) for r in rows]
+            assert set(indices) == set(range(22))
