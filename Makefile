@@ -8,7 +8,7 @@ BIN := .venv/bin
 endif
 STAMP := $(BIN)/.mtkit-installed
 
-.PHONY: install demo test lint bench chaos
+.PHONY: install demo test lint bench
 
 install: $(STAMP)
 
@@ -34,7 +34,13 @@ test: install
 lint: install
 	$(BIN)/ruff check mtkit tests bench
 
+# The decoding benchmarks need a trained model: the demo's by default (make demo first),
+# or e.g. make bench BENCH_MODEL=runs/bible-es-en/model.pt
+BENCH_MODEL ?= runs/demo/model.pt
+
 bench: install
 	$(BIN)/python bench/binarize.py
 	$(BIN)/python bench/train.py
-	$(BIN)/python bench/decode.py
+	$(BIN)/python bench/decode.py --model $(BENCH_MODEL)
+	$(BIN)/python bench/engines.py --model $(BENCH_MODEL)
+	$(BIN)/python bench/translate_load.py --model $(BENCH_MODEL)
