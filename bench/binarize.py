@@ -15,17 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
-import shlex
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "bible-es-en"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BIBLE as DEFAULT_DATA  # noqa: E402
+from common import record  # noqa: E402
+
 SPLITS = ("train", "dev", "test")
 
 
@@ -55,7 +55,6 @@ def measure_step(model: Path, data: Path, out: Path, workers: int) -> dict:
         "before_mb": before_mb,
         "main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-        "machine": machine(),
     }
 
 
@@ -64,22 +63,6 @@ def _current_rss_mb() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def machine() -> dict:
-    import numpy
-    import sentencepiece
-    import torch
-
-    return {
-        "cpu_count": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "sentencepiece": sentencepiece.__version__,
-    }
 
 
 def run_step(*args: str) -> dict:
@@ -114,8 +97,7 @@ def main() -> None:
         measure = ["--workers", str(workers), "--step", "measure", trained["model"]]
         result = run_step(*common, *measure, str(Path(tmp) / "bin"))
 
-    record = {
-        "figure": "binarize",
+    record("binarize", {
         "lines_per_second": round(result["lines"] / result["seconds"], 1),
         # main process + every worker at the largest worker's peak: an upper bound, since
         # forked workers share pages with the main process
@@ -129,14 +111,7 @@ def main() -> None:
         "vocab_size": args.vocab_size,
         "tokenizer_train_seconds": round(trained["seconds"], 2),
         "data": str(args.data),
-        "machine": result["machine"],
-        "command": shlex.join(["python", "bench/binarize.py", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    line = json.dumps(record)
-    print(line)
-    with open(HERE / "results.jsonl", "a", encoding="utf-8") as f:
-        f.write(line + "\n")
+    }, "bench/binarize.py")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ the run left must load."""
 from __future__ import annotations
 
 import random
+import re
 import signal
 import subprocess
 import time
@@ -28,17 +29,21 @@ def run_to_completion(directory: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
-def kill_at_random(directory: Path, rng: random.Random) -> bool:
-    """Start the run and SIGKILL it after a random delay; False if it finished first."""
+def kill_after_step(directory: Path, step: int, rng: random.Random) -> int:
+    """Run until the trainer logs `step`, then SIGKILL it a random moment later (with a
+    checkpoint every 2 steps, some kills land while one is being written)."""
     process = subprocess.Popen([str(MTKIT), "train", "tiny.yaml", "--until", "train"],
                                cwd=directory, env=CLI_ENV, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    time.sleep(rng.uniform(2.5, 6.0))  # the first ~2.5 s import torch
-    if process.poll() is not None:
-        return False
+                               stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        logged = re.search(r"\| step (\d+) \|", line)
+        if logged and int(logged.group(1)) >= step:
+            break
+    time.sleep(rng.uniform(0.0, 0.2))
     process.send_signal(signal.SIGKILL)
     process.wait()
-    return True
+    process.stderr.close()
+    return process.returncode
 
 
 def test_sigkill_chaos_gives_bit_identical_weights(tmp_path):
@@ -49,14 +54,11 @@ def test_sigkill_chaos_gives_bit_identical_weights(tmp_path):
     assert done.returncode == 0, done.stderr
 
     rng = random.Random(7)
-    kills = 0
-    while kills < 5:
-        if not kill_at_random(chaos, rng):
-            break
-        kills += 1
+    kill_steps = sorted(rng.sample(range(3, STEPS - 2), 6))  # 6 kills, in order
+    for step in kill_steps:
+        assert kill_after_step(chaos, step, rng) == -signal.SIGKILL, f"kill at step {step}"
     done = run_to_completion(chaos)
     assert done.returncode == 0, done.stderr
-    assert kills >= 5, f"only {kills} kills landed before training finished"
 
     run = Path("runs") / "tiny" / "checkpoints"
     calm_last = load_checkpoint(calm / run / "checkpoint_last.pt")
