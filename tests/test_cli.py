@@ -274,6 +274,13 @@ def setup_text_model(d, run):
     return ["translate", "-m", "text.pt"]
 
 
+def setup_future_model(d, run):
+    bundle = torch.load(run.model, weights_only=True)
+    bundle["format_version"] += 1
+    save_checkpoint(d / "future.pt", bundle)
+    return ["translate", "-m", "future.pt"]
+
+
 def setup_score_mismatch(d, run):
     (d / "hyp.en").write_text("one\ntwo\n")
     (d / "ref.en").write_text("one\ntwo\nthree\n")
@@ -346,6 +353,7 @@ ROWS = {
     "translate: truncated model": (setup_truncated_model, ["trunc.pt"]),
     "translate: foreign torch file": (setup_foreign_model, ["foreign.pt", "not an mtkit"]),
     "translate: text file as model": (setup_text_model, ["text.pt"]),
+    "translate: model from a newer mtkit": (setup_future_model, ["future.pt", "upgrade"]),
     "score: line counts differ": (setup_score_mismatch, ["2 lines", "ref.en", "has 3"]),
     "average: incompatible checkpoints": (
         setup_average_incompatible, ["narrow.pt", "architecture"]
