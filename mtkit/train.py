@@ -33,7 +33,6 @@ from .metrics import corpus_scores
 from .model import Transformer
 from .runtime import resolve_device
 from .schedule import inverse_sqrt_lr
-from .search import greedy_search
 from .tokenizer import PAD_ID, Tokenizer
 
 log = logging.getLogger("mtkit")
@@ -538,15 +537,16 @@ def translate_ids(
     max_len_b: int,
 ) -> list[str]:
     """Greedy translations of already-encoded sources (for validation BLEU)."""
-    from .translate import pad_sources
+    from .translate import DecodeOptions, TorchEngine
 
     for model in models:
         model.eval()
+    engine = TorchEngine(models, device)
+    options = DecodeOptions(beam=1, max_len_a=max_len_a, max_len_b=max_len_b)
     hyps: list[list[int]] = [[] for _ in sources]
     for indices in token_batches([len(s) + 1 for s in sources], max_tokens):
-        src = pad_sources([sources[i] for i in indices]).to(device)
-        for i, hyp in zip(indices, greedy_search(models, src, max_len_a, max_len_b)):
-            hyps[i] = hyp.tokens
+        for i, found in zip(indices, engine([sources[i] for i in indices], options)):
+            hyps[i] = found[0].tokens
     return tokenizer.decode_tgt(hyps)
 
 
