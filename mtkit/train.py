@@ -8,6 +8,7 @@ steps with a restart in between give bit-identical weights.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -26,7 +27,7 @@ import torch.distributed as dist
 
 from .checkpoint import load_checkpoint, make_bundle, save_checkpoint, without_train_state
 from .config import Recipe
-from .data import BatchSampler, ParallelData, make_batch, token_batches
+from .data import BatchSampler, ParallelData, make_batch, read_lines, token_batches
 from .errors import ConfigError, MtkitError
 from .loss import label_smoothed_nll
 from .metrics import corpus_scores
@@ -482,7 +483,7 @@ class Trainer:
             self.recipe.decode.max_len_a,
             self.recipe.decode.max_len_b,
         )
-        refs = _first_lines(valid.tgt, n)
+        refs = list(itertools.islice(read_lines(valid.tgt), n))
         return corpus_scores(hyps, [refs], ("bleu",), tgt_lang=self.recipe.data.langs.tgt)[0].score
 
     # ------------------------------------------------------------------ signals
@@ -548,17 +549,6 @@ def translate_ids(
         for i, found in zip(indices, engine([sources[i] for i in indices], options)):
             hyps[i] = found[0].tokens
     return tokenizer.decode_tgt(hyps)
-
-
-def _first_lines(path: Path, n: int) -> list[str]:
-    from .data import read_lines
-
-    lines = []
-    for line in read_lines(path):
-        if len(lines) == n:
-            break
-        lines.append(line)
-    return lines
 
 
 class _Meter:
