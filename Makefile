@@ -42,5 +42,6 @@ bench: install
 	$(BIN)/python bench/binarize.py
 	$(BIN)/python bench/train.py
 	$(BIN)/python bench/decode.py --model $(BENCH_MODEL)
+	$(BIN)/python bench/decode_profile.py --model $(BENCH_MODEL)
 	$(BIN)/python bench/engines.py --model $(BENCH_MODEL)
 	$(BIN)/python bench/translate_load.py --model $(BENCH_MODEL)

@@ -7,7 +7,10 @@ whole updates: batch building, forward, loss, backward, clipping and the Adam st
 MFU = achieved model FLOP/s / peak FLOP/s of a large matmul measured in the same run.
 Model FLOPs count the matmuls of forward + backward (3x forward) on real (non-pad) tokens.
 
-    python bench/train.py [--threads 2] [--steps 30] [--precision fp32 bf16]
+    python bench/train.py [--threads 2] [--steps 30] [--precision fp32 bf16] [--compile]
+
+With --compile the step runs through torch.compile (train.compile: true); compilation
+happens in the --warmup updates, which are not timed.
 """
 
 from __future__ import annotations
@@ -53,11 +56,12 @@ def forward_flops(d: int, ffn: int, vocab: int, enc: int, dec: int,
     return 2 * macs
 
 
-def run(precision: str, steps: int, warmup: int, data: Path, tokenizer) -> dict:
+def run(precision: str, compile: bool, steps: int, warmup: int, data: Path,
+        tokenizer) -> dict:
     raw = {"data": {"train": {"src": "x", "tgt": "y"}, "valid": None},
            "model": SHAPE,
            "train": {"max_tokens": 4096, "lr": 0.001, "warmup_steps": 400, "valid_every": 10**9,
-                     "precision": precision}}
+                     "precision": precision, "compile": compile}}
     recipe = recipe_from_dict(raw, name="bench")
     trainer = Trainer(recipe, Path("/tmp/mtkit-bench-train"), tokenizer, data, {}, "cpu")
     batches = iter(trainer.sampler)
@@ -86,6 +90,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--compile", action="store_true", help="train.compile: true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     data, tokenizer = bible_run()
@@ -99,9 +104,9 @@ def main() -> None:
                           f"below fp32 ({peaks['fp32'] / 1e9:.1f} GFLOP/s) on this CPU",
             }, "bench/train.py")
             continue
-        result = run(precision, args.steps, args.warmup, data, tokenizer)
+        result = run(precision, args.compile, args.steps, args.warmup, data, tokenizer)
         record("train", {
-            "precision": precision,
+            "precision": precision, "compile": args.compile,
             "target_tokens_per_s": round(result["tokens_per_s"]),
             "model_tflops": round(result["flops_per_s"] / 1e12, 4),
             "peak_matmul_tflops": round(peaks[precision] / 1e12, 4),

@@ -177,21 +177,29 @@ def average(
     checkpoints: list[Path] | None = typer.Argument(None, help="Checkpoints to average."),
     output: Path = typer.Option(..., "-o", "--output", help="Where to write the average."),
     last: int = typer.Option(0, "--last", help="Average the last K step checkpoints of RUN_DIR."),
+    best: bool = typer.Option(
+        False, "--best", help="Average the best-K checkpoints RUN_DIR kept (train.average)."
+    ),
 ) -> None:
     """Average the weights of several checkpoints into one model."""
     from .checkpoint import average_checkpoints, save_checkpoint
     from .train import RunPaths
 
     paths = list(checkpoints or [])
-    if last:
+    if last and best:
+        raise ConfigError("average: give --last K or --best, not both")
+    if last or best:
+        flag = "--last" if last else "--best"
         if len(paths) != 1 or not paths[0].is_dir():
             given = " ".join(map(str, paths)) or "nothing"
-            raise ConfigError(f"average --last K takes exactly one run directory, got {given}")
-        paths = RunPaths(paths[0]).step_checkpoints()[-last:]
+            raise ConfigError(f"average {flag} takes exactly one run directory, got {given}")
+        run = RunPaths(paths[0])
+        paths = run.step_checkpoints()[-last:] if last else run.top_checkpoints()
         if not paths:
-            raise ConfigError(f"average: no step checkpoints in {checkpoints[0]}/checkpoints")
+            kind = "step checkpoints" if last else "best_N.pt checkpoints (train.average: best-K)"
+            raise ConfigError(f"average: no {kind} in {run.checkpoints}")
     if not paths:
-        raise ConfigError("average: give checkpoint files, or --last K RUN_DIR")
+        raise ConfigError("average: give checkpoint files, --last K RUN_DIR or --best RUN_DIR")
     save_checkpoint(output, average_checkpoints(paths))
     log.info("averaged %d checkpoints into %s", len(paths), output)
 

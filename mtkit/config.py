@@ -93,10 +93,22 @@ class TrainConfig:
     valid_bleu_lines: int = 500  # 0 = no BLEU during validation
     best_metric: Literal["bleu", "loss"] = "bleu"
     patience: int = 0  # validations without improvement before stopping; 0 = never
-    average_last: int = 5  # checkpoints averaged into model.pt; 0 = use checkpoint_best.pt
+    # model.pt: "last-K" step checkpoints, "best-K" by dev score (kept on disk for it)
+    # or "none" (checkpoint_best.pt); an average is kept only if it beats the best on dev
+    average: str = "last-5"
     precision: Literal["fp32", "bf16"] = "fp32"
+    compile: bool = False  # torch.compile the training forward/backward
     threads: int = 0  # CPU threads for torch; 0 = torch's default
     max_bad_steps: int = 5  # consecutive non-finite losses before training stops
+
+    @property
+    def average_kind(self) -> str:
+        """'last', 'best' or 'none' (train.average is validated when the recipe loads)."""
+        return self.average.partition("-")[0]
+
+    @property
+    def average_k(self) -> int:
+        return int(self.average.partition("-")[2] or 0)
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,10 @@ class DecodeConfig:
     lenpen: float = 1.0
     max_len_a: float = 1.2
     max_len_b: int = 10
+    # when set, the eval stage tries every beam x lenpen on the dev set and decodes the
+    # test sets with the best; beam / lenpen fill in for an empty list
+    tune_beam: tuple[int, ...] = ()
+    tune_lenpen: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,6 +142,7 @@ class Recipe:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
+_AVERAGE = re.compile(r"^(best|last)-([1-9]\d*)$|^none$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -177,9 +194,23 @@ def recipe_from_dict(
     if "name" in raw:
         raise ConfigError(f"{where}: {_unknown_key('name', _field_types(Recipe), '')}")
     raw["name"] = name
+    _read_renamed_keys(raw, where)
     recipe = _build(Recipe, raw, key="", ctx=_Context(where, base_dir))
     _cross_checks(recipe, where)
     return recipe
+
+
+def _read_renamed_keys(raw: dict[str, Any], where: str) -> None:
+    """Accept keys of earlier versions that models on disk still carry in their recipe."""
+    train = raw.get("train")
+    if isinstance(train, dict) and "average_last" in train:
+        if "average" in train:
+            raise ConfigError(f"{where}: train.average_last is the old name of train.average; "
+                              "keep only train.average")
+        train = dict(train)
+        k = train.pop("average_last")
+        train["average"] = "none" if k in (0, 1) else f"last-{k}"
+        raw["train"] = train
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> None:
@@ -284,13 +315,14 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "train.valid_every": (1, None),
     "train.valid_bleu_lines": (0, None),
     "train.patience": (0, None),
-    "train.average_last": (0, None),
     "train.threads": (0, 1024),
     "train.max_bad_steps": (1, None),
     "decode.beam": (1, 1000),
     "decode.lenpen": (0.0, 10.0),
     "decode.max_len_a": (0.0, None),
     "decode.max_len_b": (0, None),
+    "decode.tune_beam": (1, 1000),
+    "decode.tune_lenpen": (0.0, 10.0),
 }
 
 
@@ -356,6 +388,8 @@ def _coerce(tp: Any, value: Any, key: str, ctx: _Context) -> Any:
             value = parse_duration(value)
         except ValueError as exc:
             raise ctx.fail(key, str(exc)) from None
+    if key == "train.average" and not _AVERAGE.match(str(value)):
+        raise ctx.fail(key, f"expected best-K, last-K (K >= 1) or none, got {_show(value)}")
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, key, ctx)
     if origin is Literal:
@@ -403,7 +437,7 @@ def _coerce(tp: Any, value: Any, key: str, ctx: _Context) -> Any:
 
 
 def _check_range(key: str, value: float, ctx: _Context) -> None:
-    low, high = _RANGES.get(key, (None, None))
+    low, high = _RANGES.get(key.split("[")[0], (None, None))  # a list's items share a range
     if low is not None and value < low or high is not None and value > high:
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise ctx.fail(key, f"{value} is out of range; expected {bounds}")

@@ -14,6 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .checkpoint import (
     atomic_write,
     average_checkpoints,
@@ -24,8 +26,12 @@ from .checkpoint import (
 from .config import Recipe
 from .data import binarize, file_fingerprint, load_manifest, read_lines
 from .errors import ConfigError
+from .metrics import corpus_scores
+from .model import Transformer
+from .runtime import resolve_device
 from .tokenizer import Tokenizer, load_recipe_tokenizer, train_recipe_tokenizer
 from .train import RunPaths, train, training_complete
+from .translate import DecodeOptions, Translator, load_models, model_from_bundle
 
 log = logging.getLogger("mtkit")
 
@@ -207,13 +213,17 @@ def train_stage(recipe: Recipe, run_dir: Path, restart: bool, device: str) -> No
 
 
 def average_stage(recipe: Recipe, run_dir: Path, device: str = "auto") -> Path:
-    """model.pt: the average of the last `average_last` step checkpoints or the best single
-    checkpoint, whichever translates the dev set better (early in training an average
-    that reaches back to weaker checkpoints can lose to the newest one)."""
+    """model.pt: the average that `train.average` names (the last K step checkpoints or
+    the K best by dev score) or the best single checkpoint, whichever translates the dev
+    set better (early in training an average that reaches back to weaker checkpoints can
+    lose to the newest one)."""
     paths = RunPaths(run_dir)
-    k = recipe.train.average_last
+    kind, k = recipe.train.average_kind, recipe.train.average_k
     best = paths.best if paths.best.is_file() else paths.last
-    sources = paths.step_checkpoints()[-k:] if k > 0 else []
+    sources = {
+        "last": paths.step_checkpoints()[-k:],
+        "best": paths.top_checkpoints(),  # training kept exactly the K best
+    }.get(kind, [])
     target = run_dir / "model.pt"
     stamp_path = run_dir / "model.stamp.json"
     stamp = {"sources": [[p.name, file_fingerprint(p)] for p in [*sources, best]]}
@@ -232,7 +242,7 @@ def average_stage(recipe: Recipe, run_dir: Path, device: str = "auto") -> Path:
                 best.name: dev_bleu(recipe, best_bundle, device),
             }
             stamp["dev_bleu"] = scores
-            log.info("[average] dev BLEU: average of last %d %.2f | %s %.2f",
+            log.info("[average] dev BLEU: average of %s %d %.2f | %s %.2f", kind,
                      len(sources), scores["average"], best.name, scores[best.name])
             if scores["average"] >= scores[best.name]:
                 chosen, bundle = "average", averaged
@@ -250,17 +260,21 @@ def average_stage(recipe: Recipe, run_dir: Path, device: str = "auto") -> Path:
 
 def dev_bleu(recipe: Recipe, bundle: dict[str, Any], device: str) -> float:
     """Greedy BLEU of a model bundle on the first `valid_bleu_lines` dev lines (all if 0)."""
-    from .metrics import corpus_scores
-    from .runtime import resolve_device
-    from .translate import DecodeOptions, Translator, model_from_bundle
-
     torch_device = resolve_device(device)
     tokenizer = Tokenizer.from_bytes(bundle["spm_src"], bundle["spm_tgt"])
     model = model_from_bundle(bundle, tokenizer, "model.pt").to(torch_device)
+    return _bleu_on_dev(recipe, _translator(recipe, [model], tokenizer, torch_device, 1, 1.0))
+
+
+def _translator(recipe: Recipe, models: list[Transformer], tokenizer: Tokenizer,
+                device: torch.device, beam: int, lenpen: float) -> Translator:
     d = recipe.decode
-    options = DecodeOptions(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
-                            max_tokens=recipe.train.max_tokens)
-    translator = Translator([model], tokenizer, options, torch_device)
+    options = DecodeOptions(beam=beam, lenpen=lenpen, max_len_a=d.max_len_a,
+                            max_len_b=d.max_len_b, max_tokens=recipe.train.max_tokens)
+    return Translator(models, tokenizer, options, device)
+
+
+def _bleu_on_dev(recipe: Recipe, translator: Translator) -> float:
     limit = recipe.train.valid_bleu_lines or None
     sources = list(read_lines(recipe.data.valid.src))[:limit]
     refs = list(read_lines(recipe.data.valid.tgt))[:limit]
@@ -268,10 +282,24 @@ def dev_bleu(recipe: Recipe, bundle: dict[str, Any], device: str) -> float:
     return corpus_scores(hyps, [refs], ("bleu",), tgt_lang=recipe.data.langs.tgt)[0].score
 
 
+def tune_decoding(
+    recipe: Recipe, models: list[Transformer], tokenizer: Tokenizer, device: torch.device
+) -> tuple[int, float, list[dict[str, float]]]:
+    """Dev BLEU of every `decode.tune_beam` x `decode.tune_lenpen`; the best setting (the
+    first listed among equals) and the whole grid."""
+    d = recipe.decode
+    grid = []
+    for beam in d.tune_beam or (d.beam,):
+        for lenpen in d.tune_lenpen or (d.lenpen,):
+            translator = _translator(recipe, models, tokenizer, device, beam, lenpen)
+            bleu = round(_bleu_on_dev(recipe, translator), 2)
+            log.info("[eval] dev BLEU with beam %d, lenpen %g: %.2f", beam, lenpen, bleu)
+            grid.append({"beam": beam, "lenpen": lenpen, "dev_bleu": bleu})
+    chosen = max(grid, key=lambda row: row["dev_bleu"])  # max keeps the first of equals
+    return chosen["beam"], chosen["lenpen"], grid
+
+
 def eval_stage(recipe: Recipe, run_dir: Path, device: str) -> dict[str, Any] | None:
-    from .metrics import corpus_scores
-    from .runtime import resolve_device
-    from .translate import DecodeOptions, Translator, load_models
 
     if not recipe.data.test:
         _skip("eval", "the recipe has no data.test sets")
@@ -281,7 +309,7 @@ def eval_stage(recipe: Recipe, run_dir: Path, device: str) -> dict[str, Any] | N
     scores_path = eval_dir / "scores.json"
     stamp = {
         "model": file_fingerprint(model_path),
-        "decode": asdict(recipe.decode),
+        "decode": recipe.to_dict()["decode"],
         "tests": [[file_fingerprint(t.src), file_fingerprint(t.tgt)] for t in recipe.data.test],
     }
     old = _read_stamp(scores_path)
@@ -292,14 +320,12 @@ def eval_stage(recipe: Recipe, run_dir: Path, device: str) -> dict[str, Any] | N
     torch_device = resolve_device(device)
     models, tokenizer, _ = load_models([model_path], torch_device)
     d = recipe.decode
-    options = DecodeOptions(
-        beam=d.beam,
-        lenpen=d.lenpen,
-        max_len_a=d.max_len_a,
-        max_len_b=d.max_len_b,
-        max_tokens=recipe.train.max_tokens,
-    )
-    translator = Translator(models, tokenizer, options, torch_device)
+    beam, lenpen, grid = d.beam, d.lenpen, None
+    if (d.tune_beam or d.tune_lenpen) and recipe.data.valid is not None:
+        beam, lenpen, grid = tune_decoding(recipe, models, tokenizer, torch_device)
+        log.info("[eval] decoding the test sets with beam %d, lenpen %g (best on dev)",
+                 beam, lenpen)
+    translator = _translator(recipe, models, tokenizer, torch_device, beam, lenpen)
     eval_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for test in recipe.data.test:
@@ -330,7 +356,9 @@ def eval_stage(recipe: Recipe, run_dir: Path, device: str) -> dict[str, Any] | N
                 },
             }
         )
-    report = {"stamp": stamp, "results": results}
+    report = {"stamp": stamp, "decode": {"beam": beam, "lenpen": lenpen}, "results": results}
+    if grid is not None:
+        report["dev_grid"] = grid
     _write_stamp(scores_path, report)
     _print_table(results)
     return report

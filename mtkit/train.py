@@ -65,6 +65,7 @@ class Progress:
     best_score: float | None = None
     best_step: int = 0
     validations_without_improvement: int = 0
+    top: list[tuple[float, int]] = field(default_factory=list)  # (score, step), best first
     sampler: dict[str, int] = field(default_factory=dict)
     finished: str = ""  # why training stopped; empty while it can go on
 
@@ -88,11 +89,21 @@ class RunPaths:
     def step(self, step: int) -> Path:
         return self.checkpoints / f"checkpoint_{step}.pt"
 
+    def top(self, step: int) -> Path:
+        return self.checkpoints / f"best_{step}.pt"
+
     def step_checkpoints(self) -> list[Path]:
         """Step checkpoints, oldest first."""
+        return self._numbered("checkpoint_")
+
+    def top_checkpoints(self) -> list[Path]:
+        """The best-K checkpoints kept for `train.average: best-K`, oldest first."""
+        return self._numbered("best_")
+
+    def _numbered(self, prefix: str) -> list[Path]:
         found = []
-        for path in self.checkpoints.glob("checkpoint_*.pt"):
-            suffix = path.stem.split("_", 1)[1]
+        for path in self.checkpoints.glob(f"{prefix}*.pt"):
+            suffix = path.stem[len(prefix):]
             if suffix.isdigit():
                 found.append((int(suffix), path))
         return [path for _, path in sorted(found)]
@@ -196,9 +207,13 @@ class Trainer:
         self.model = Transformer(
             recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID
         ).to(self.device)
-        self.ddp_model = self.model
+        # what the update calls; self.model stays the plain module that checkpoints save
+        self.train_model: torch.nn.Module = self.model
         if self.world_size > 1:
-            self.ddp_model = torch.nn.parallel.DistributedDataParallel(self.model)
+            self.train_model = torch.nn.parallel.DistributedDataParallel(self.model)
+        if self.cfg.compile:
+            # batch shapes vary with every batch: compile for dynamic shapes from the start
+            self.train_model = torch.compile(self.train_model, dynamic=True)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
             lr=self.cfg.lr,
@@ -349,7 +364,7 @@ class Trainer:
         return nullcontext()
 
     def _update(self, group: list[list[int]], meter: _Meter) -> None:
-        self.ddp_model.train()
+        self.train_model.train()
         batches = [make_batch(self.train_data, indices, self.max_len) for indices in group]
         ntokens = sum(b.ntokens for b in batches)
         scale = self.world_size / _all_reduce_sum(ntokens, self.device)
@@ -357,11 +372,11 @@ class Trainer:
         loss_sum = nll_sum = 0.0
         for i, batch in enumerate(batches):
             sync = i == len(batches) - 1 or self.world_size == 1
-            no_sync = nullcontext() if sync else self.ddp_model.no_sync()
+            no_sync = nullcontext() if sync else self.train_model.no_sync()
             tgt_out = batch.tgt_out.to(self.device)
             real = tgt_out.ne(PAD_ID)  # (B, T): the loss reads only these positions
             with no_sync, self._autocast():
-                logits = self.ddp_model(
+                logits = self.train_model(
                     batch.src.to(self.device), batch.tgt_in.to(self.device), real
                 )  # (N, V)
             loss, nll, _ = label_smoothed_nll(
@@ -452,11 +467,11 @@ class Trainer:
         if improved:
             self.progress.best_score, self.progress.best_step = score, self.progress.step
             self.progress.validations_without_improvement = 0
-            if self.rank == 0:
-                self.paths.checkpoints.mkdir(parents=True, exist_ok=True)
-                save_checkpoint(self.paths.best, self._bundle(with_train_state=False))
+            self._save_model(self.paths.best)
         else:
             self.progress.validations_without_improvement += 1
+        if self.cfg.average_kind == "best":
+            self._keep_if_among_best(score)
         result["best"] = improved
         self._write_metrics(result)
         bleu = f" | bleu {result['bleu']:.2f}" if "bleu" in result else ""
@@ -469,6 +484,32 @@ class Trainer:
             bleu,
             " | best" if improved else "",
         )
+
+    def _save_model(self, path: Path) -> None:
+        if self.rank == 0:
+            self.paths.checkpoints.mkdir(parents=True, exist_ok=True)
+            save_checkpoint(path, self._bundle(with_train_state=False))
+
+    def _keep_if_among_best(self, score: float) -> None:
+        """Keep the K best-scoring validated models on disk for `train.average: best-K`."""
+        k, top, step = self.cfg.average_k, self.progress.top, self.progress.step
+        if len(top) >= k and score <= top[-1][0]:
+            return
+        self._save_model(self.paths.top(step))
+        top.append((score, step))
+        top.sort(key=lambda entry: -entry[0])  # stable: among equal scores the older stays
+        for _, dropped in top[k:]:
+            if self.rank == 0:
+                self.paths.top(dropped).unlink(missing_ok=True)
+        del top[k:]
+
+    def drop_stale_top_checkpoints(self) -> None:
+        """A run killed between saving best_N.pt and its next checkpoint_last.pt leaves
+        files the resumed run does not know about; they would skew the best-K average."""
+        kept = {self.paths.top(step) for _, step in self.progress.top}
+        for path in self.paths.top_checkpoints():
+            if path not in kept and self.rank == 0:
+                path.unlink(missing_ok=True)
 
     def _valid_bleu(self) -> float:
         valid = self.recipe.data.valid
@@ -652,6 +693,7 @@ def train(
         _clear_run(RunPaths(run_dir))
     else:
         trainer.resume()
+    trainer.drop_stale_top_checkpoints()
     run_dir.mkdir(parents=True, exist_ok=True)
     log_file = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
     log_file.setFormatter(logging.Formatter("%(asctime)s | %(message)s"))
@@ -667,5 +709,6 @@ def train(
 
 
 def _clear_run(paths: RunPaths) -> None:
-    for path in [paths.last, paths.best, *paths.step_checkpoints(), paths.metrics]:
+    for path in [paths.last, paths.best, *paths.step_checkpoints(), *paths.top_checkpoints(),
+                 paths.metrics]:
         path.unlink(missing_ok=True)

@@ -20,7 +20,7 @@ from mtkit.data import load_manifest
 
 STEPS = 40
 TRAIN = {"max_steps": STEPS, "save_every": 2, "keep_last": 3, "valid_every": 10,
-         "log_every": 1, "valid_bleu_lines": 10, "average_last": 2}
+         "log_every": 1, "valid_bleu_lines": 10, "average": "best-2", "best_metric": "loss"}
 
 
 def run_to_completion(directory: Path) -> subprocess.CompletedProcess:
@@ -66,6 +66,9 @@ def test_sigkill_chaos_gives_bit_identical_weights(tmp_path):
     assert chaos_last["train_state"]["progress"]["step"] == STEPS
     for key, value in calm_last["model"].items():
         assert torch.equal(value, chaos_last["model"][key]), key
+    calm_top = sorted(p.name for p in (calm / run).glob("best_*.pt"))
+    assert calm_top == sorted(p.name for p in (chaos / run).glob("best_*.pt"))
+    assert len(calm_top) == 2
     for path in (chaos / run).iterdir():  # no temporary file left; every checkpoint loads
         assert path.suffix == ".pt", path
         load_checkpoint(path)

@@ -166,6 +166,28 @@ def test_set_max_steps_resumes_the_finished_run(tiny_run, tmp_path, mtkit_cli):
     assert steps == sorted(steps) and steps[-1] == 30
 
 
+def test_decode_settings_are_chosen_on_dev(tiny_run, tmp_path, mtkit_cli):
+    run = tiny_run.copy_to(tmp_path)
+    result = mtkit_cli(["train", "tiny.yaml", "--set", "decode.tune_beam=[1, 3]",
+                        "--set", "decode.tune_lenpen=[0.5, 1.5]"], cwd=run.root)
+    assert result.returncode == 0, result.stderr
+    assert "[average] skipped" in result.stderr and "[eval] running" in result.stderr
+    scores = json.loads((run.run_dir / "eval" / "scores.json").read_text(encoding="utf-8"))
+    grid = scores["dev_grid"]
+    assert [(row["beam"], row["lenpen"]) for row in grid] == [(1, 0.5), (1, 1.5), (3, 0.5),
+                                                               (3, 1.5)]
+    best = max(grid, key=lambda row: row["dev_bleu"])
+    assert scores["decode"] == {"beam": best["beam"], "lenpen": best["lenpen"]}
+
+    # the test set was decoded with the chosen setting
+    [hyp] = (run.run_dir / "eval").glob("*.hyp.en")
+    again = mtkit_cli(["translate", "-m", run.model, "--beam", str(best["beam"]),
+                       "--lenpen", str(best["lenpen"]), "--max-len-a", "1.0", "--max-len-b",
+                       "5", "--max-tokens", "1024", "--input", DATA / "test.es"], cwd=run.root)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == hyp.read_text(encoding="utf-8")
+
+
 # --------------------------------------------------------------------------- 2. help, version
 
 

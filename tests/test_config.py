@@ -70,6 +70,9 @@ def test_roundtrip_through_dict(tmp_path):
         ("model: {d_model: 64, heads: 4, activation: gelu}", "expected one of relu, swiglu"),
         ("tokenizer: {joint: false}\nmodel: {d_model: 64, heads: 4}", "tie_embeddings"),
         ("train: {max_time: soon}", "train.max_time: expected seconds or a duration"),
+        ("train: {average: top-3}", "train.average: expected best-K, last-K (K >= 1) or none"),
+        ("train: {average: best-0}", "train.average: expected best-K"),
+        ("train: {average: last-2, average_last: 3}", "train.average_last is the old name"),
     ],
 )
 def test_validation_errors_name_the_key(tmp_path, edit, message):
@@ -131,3 +134,15 @@ def test_recipe_is_frozen(tmp_path):
     with pytest.raises(AttributeError):
         recipe.train = None  # type: ignore[misc]
     assert isinstance(recipe, Recipe)
+
+
+@pytest.mark.parametrize(
+    "train, kind, k",
+    [("{}", "last", 5), ("{average: best-3}", "best", 3), ("{average: none}", "none", 0),
+     ("{average_last: 4}", "last", 4), ("{average_last: 0}", "none", 0)],
+)
+def test_average_setting(tmp_path, train, kind, k):
+    """train.average_last (models trained before train.average) still loads."""
+    text = BASE.replace("train: {max_time: 90m}", f"train: {train}")
+    recipe = load_recipe(write_recipe(tmp_path, text))
+    assert (recipe.train.average_kind, recipe.train.average_k) == (kind, k)

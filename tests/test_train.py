@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_mtkit
 from toy import bible_recipe, reverse_recipe, reverse_task
 
+from mtkit.checkpoint import average_checkpoints
 from mtkit.config import load_recipe, recipe_from_dict
 from mtkit.pipeline import binarize_stage, data_fingerprints, tokenizer_stage
 from mtkit.train import RunPaths, Trainer, TrainingDiverged, train
@@ -129,3 +131,63 @@ def test_non_finite_loss_is_skipped_then_stops(tmp_path, monkeypatch):
     assert trainer.progress.step == 2
     records = [json.loads(x) for x in RunPaths(run).metrics.read_text().splitlines()]
     assert sum(r["event"] == "skipped" for r in records) == 3
+
+
+def test_best_k_keeps_the_k_best_validated_models(tmp_path):
+    path = bible_recipe(tmp_path, train={"average": "best-2"})
+    recipe = load_recipe(path)
+    run = tmp_path / "run"
+    tokenizer, fingerprints = prepare(recipe, run)
+    trainer = Trainer(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    paths = RunPaths(run)
+    for step, score in enumerate([1.0, 5.0, 3.0, 4.0, 2.0, 4.0], start=1):
+        trainer.progress.step = step
+        trainer._keep_if_among_best(score)
+    assert trainer.progress.top == [(5.0, 2), (4.0, 4)]  # a tie does not displace the older
+    assert [p.name for p in paths.top_checkpoints()] == ["best_2.pt", "best_4.pt"]
+
+    trainer.progress.step = 9  # as if killed after writing best_9.pt, before checkpoint_last
+    trainer._save_model(paths.top(9))
+    trainer.drop_stale_top_checkpoints()
+    assert [p.name for p in paths.top_checkpoints()] == ["best_2.pt", "best_4.pt"]
+
+
+def test_pipeline_averages_the_best_k(tmp_path):
+    bible_recipe(tmp_path, train={"average": "best-2", "best_metric": "loss",
+                                  "valid_every": 5, "save_every": 5})
+    done = run_mtkit(["train", "tiny.yaml", "--until", "average"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "runs" / "tiny"
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = {r["step"]: r["loss"] for r in records if r["event"] == "valid"}
+    best_two = sorted(sorted(losses, key=losses.get)[:2])
+    kept = RunPaths(run).top_checkpoints()
+    assert [p.name for p in kept] == [f"best_{s}.pt" for s in best_two]
+    stamp = json.loads((run / "model.stamp.json").read_text())
+    assert [name for name, _ in stamp["sources"]] == [p.name for p in kept] + [
+        "checkpoint_best.pt"]
+    assert "average of best 2" in done.stderr
+
+    done = run_mtkit(["average", "--best", str(run), "-o", "avg.pt"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    averaged = _weights(tmp_path / "avg.pt")
+    reference = average_checkpoints(kept)["model"]
+    assert all(torch.equal(averaged[k], reference[k]) for k in reference)
+
+
+def test_compiled_training_matches_eager(tmp_path):
+    """train.compile changes how the step runs, not what it computes. (Weights are not
+    compared: a key bias has a zero gradient in exact arithmetic, so Adam turns rounding
+    noise into full-size, different updates of it.)"""
+    path = bible_recipe(tmp_path, train={"max_steps": 4, "log_every": 1, "valid_every": 100,
+                                         "save_every": 100}, model={"dropout": 0.0})
+    losses = {}
+    for name, overrides in (("eager", []), ("compiled", ["train.compile=true"])):
+        recipe = load_recipe(path, overrides)
+        run = tmp_path / name
+        tokenizer, fingerprints = prepare(recipe, run)
+        train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+        records = [json.loads(x) for x in RunPaths(run).metrics.read_text().splitlines()]
+        losses[name] = [r["loss"] for r in records if r["event"] == "train"]
+    assert len(losses["eager"]) == 4
+    assert losses["compiled"] == pytest.approx(losses["eager"], rel=1e-4)

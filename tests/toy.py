@@ -40,7 +40,7 @@ def reverse_recipe(files: dict, max_steps: int = 350) -> dict[str, Any]:
         "model": tiny_model(dropout=0.0),
         "train": {"max_tokens": 2048, "lr": 0.004, "warmup_steps": 50, "max_steps": max_steps,
                   "valid_every": 1000, "save_every": 1000, "log_every": 100,
-                  "label_smoothing": 0.0, "average_last": 0, "valid_bleu_lines": 0},
+                  "label_smoothing": 0.0, "average": "none", "valid_bleu_lines": 0},
     }
 
 
@@ -81,7 +81,7 @@ def bible_recipe(
             "log_every": 5,
             "keep_last": 3,
             "valid_bleu_lines": 20,
-            "average_last": 2,
+            "average": "last-2",
             **(train or {}),
         },
         "decode": {"beam": 2, "max_len_a": 1.0, "max_len_b": 5},

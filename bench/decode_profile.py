@@ -1,0 +1,115 @@
+"""Benchmark: where a decoding step's time goes, for the interactive case (batch of 1).
+
+Decodes the first --lines test sentences one at a time and splits the wall time three ways:
+- encoder: `model.encode` (once per sentence),
+- model step: the decoder step and log_softmax (`_Ensemble.log_probs`),
+- search bookkeeping: everything else in the search loop (top-k, finished/alive masks,
+  cache reordering, the stop check), plus tokenisation and detokenisation.
+A second pass under torch.profiler sums the self time of every aten operator: what is left
+of the wall time is Python and dispatcher overhead, spent between kernels.
+
+    python bench/decode_profile.py --model runs/bible-es-en/model.pt [--beam 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BIBLE, record  # noqa: E402
+
+from mtkit import search  # noqa: E402
+from mtkit.data import read_lines  # noqa: E402
+from mtkit.translate import DecodeOptions, Translator, load_models  # noqa: E402
+
+
+class Stopwatch:
+    """Sums the wall time spent in owner.name while installed (`with Stopwatch(...)`)."""
+
+    def __init__(self, owner: object, name: str):
+        self.owner, self.name = owner, name
+        self.seconds, self.calls = 0.0, 0
+
+    def __enter__(self) -> Stopwatch:
+        original = self.original = getattr(self.owner, self.name)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+
+        setattr(self.owner, self.name, timed)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if isinstance(self.owner, type):
+            setattr(self.owner, self.name, self.original)
+        else:  # an instance attribute shadowed the class's method: remove it
+            delattr(self.owner, self.name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=Path("runs/bible-es-en/model.pt"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--lines", type=int, default=50)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    models, tokenizer, recipe = load_models([args.model], device)
+    lines = list(read_lines(BIBLE / "test.es"))[: args.lines]
+    options = DecodeOptions(beam=args.beam, lenpen=recipe.decode.lenpen, max_tokens=4096)
+    translator = Translator(models, tokenizer, options, device)
+    translator.translate(lines[:2])  # warm-up: first-call allocations
+
+    with Stopwatch(models[0], "encode") as encoder, \
+            Stopwatch(search._Ensemble, "log_probs") as step:
+        tokens_before = translator.stats.tokens
+        start = time.perf_counter()
+        for line in lines:
+            translator.format(translator.translate([line]), 0)
+        wall = time.perf_counter() - start
+    tokens = translator.stats.tokens - tokens_before
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        profiled_start = time.perf_counter()
+        for line in lines:
+            translator.format(translator.translate([line]), 0)
+        profiled_wall = time.perf_counter() - profiled_start
+    events = prof.key_averages()
+    # Self time of top-level aten ops (children are inside their parents' totals).
+    kernel_us = sum(e.self_cpu_time_total for e in events if e.key.startswith("aten::"))
+    op_calls = sum(e.count for e in events if e.key.startswith("aten::"))
+    top = sorted((e for e in events if e.key.startswith("aten::")),
+                 key=lambda e: -e.self_cpu_time_total)[:8]
+
+    search_s = wall - encoder.seconds - step.seconds
+    record("decode_profile", {
+        "search": "greedy" if args.beam == 1 else f"beam {args.beam}",
+        "lines": len(lines),
+        "ms_per_sentence": round(1000 * wall / len(lines), 1),
+        "steps_per_sentence": round(step.calls / len(lines), 1),
+        "output_tokens_per_sentence": round(tokens / len(lines), 1),
+        "ms_per_step": round(1000 * (wall - encoder.seconds) / step.calls, 2),
+        "share_encoder": round(encoder.seconds / wall, 3),
+        "share_model_step": round(step.seconds / wall, 3),
+        "share_search_bookkeeping": round(search_s / wall, 3),
+        "aten_ops_per_step": round(op_calls / step.calls, 1),
+        "share_in_aten_kernels": round(kernel_us / 1e6 / profiled_wall, 3),
+        "top_ops_ms": {e.key: round(e.self_cpu_time_total / 1000, 1) for e in top},
+        "model": str(args.model), "threads": args.threads,
+    }, "bench/decode_profile.py")
+
+
+if __name__ == "__main__":
+    main()
