@@ -263,7 +263,8 @@ def dev_bleu(recipe: Recipe, bundle: dict[str, Any], device: str) -> float:
     torch_device = resolve_device(device)
     tokenizer = Tokenizer.from_bytes(bundle["spm_src"], bundle["spm_tgt"])
     model = model_from_bundle(bundle, tokenizer, "model.pt").to(torch_device)
-    return _bleu_on_dev(recipe, _translator(recipe, [model], tokenizer, torch_device, 1, 1.0))
+    translator = _translator(recipe, [model], tokenizer, torch_device, 1, 1.0)
+    return _bleu_on_dev(recipe, translator, *_dev_lines(recipe))
 
 
 def _translator(recipe: Recipe, models: list[Transformer], tokenizer: Tokenizer,
@@ -274,10 +275,16 @@ def _translator(recipe: Recipe, models: list[Transformer], tokenizer: Tokenizer,
     return Translator(models, tokenizer, options, device)
 
 
-def _bleu_on_dev(recipe: Recipe, translator: Translator) -> float:
+def _dev_lines(recipe: Recipe) -> tuple[list[str], list[str]]:
+    """The first `valid_bleu_lines` dev sources and references (all if 0)."""
     limit = recipe.train.valid_bleu_lines or None
     sources = list(read_lines(recipe.data.valid.src))[:limit]
     refs = list(read_lines(recipe.data.valid.tgt))[:limit]
+    return sources, refs
+
+
+def _bleu_on_dev(recipe: Recipe, translator: Translator, sources: list[str],
+                 refs: list[str]) -> float:
     hyps = translator.format(translator.translate(sources), 0)
     return corpus_scores(hyps, [refs], ("bleu",), tgt_lang=recipe.data.langs.tgt)[0].score
 
@@ -288,11 +295,12 @@ def tune_decoding(
     """Dev BLEU of every `decode.tune_beam` x `decode.tune_lenpen`; the best setting (the
     first listed among equals) and the whole grid."""
     d = recipe.decode
+    sources, refs = _dev_lines(recipe)
     grid = []
     for beam in d.tune_beam or (d.beam,):
         for lenpen in d.tune_lenpen or (d.lenpen,):
             translator = _translator(recipe, models, tokenizer, device, beam, lenpen)
-            bleu = round(_bleu_on_dev(recipe, translator), 2)
+            bleu = round(_bleu_on_dev(recipe, translator, sources, refs), 2)
             log.info("[eval] dev BLEU with beam %d, lenpen %g: %.2f", beam, lenpen, bleu)
             grid.append({"beam": beam, "lenpen": lenpen, "dev_bleu": bleu})
     chosen = max(grid, key=lambda row: row["dev_bleu"])  # max keeps the first of equals

@@ -498,17 +498,19 @@ class Trainer:
         self._save_model(self.paths.top(step))
         top.append((score, step))
         top.sort(key=lambda entry: -entry[0])  # stable: among equal scores the older stays
-        for _, dropped in top[k:]:
-            if self.rank == 0:
+        if self.rank == 0:
+            for _, dropped in top[k:]:
                 self.paths.top(dropped).unlink(missing_ok=True)
         del top[k:]
 
     def drop_stale_top_checkpoints(self) -> None:
         """A run killed between saving best_N.pt and its next checkpoint_last.pt leaves
         files the resumed run does not know about; they would skew the best-K average."""
+        if self.rank != 0:
+            return
         kept = {self.paths.top(step) for _, step in self.progress.top}
         for path in self.paths.top_checkpoints():
-            if path not in kept and self.rank == 0:
+            if path not in kept:
                 path.unlink(missing_ok=True)
 
     def _valid_bleu(self) -> float:
