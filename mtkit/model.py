@@ -27,6 +27,8 @@ from torch import Tensor, nn
 
 from .config import ModelConfig
 
+NEG_INF = float("-inf")
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -69,6 +71,23 @@ def keep_mask(pad_mask: Tensor) -> Tensor | None:
     if not bool(pad_mask.any()):
         return None
     return ~pad_mask[:, None, None, :]
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, dropout: float,
+              causal: bool = False) -> Tensor:
+    """Scaled dot-product attention: (B, H, Tq, dh) queries over (B, H, Tk, dh) keys/values.
+
+    A decode step has few queries per row (one, or `beam` in cross-attention), and there
+    torch's fused CPU kernel, built for long query blocks, is about twice as slow as three
+    plain batched matmuls (bench/decode_profile.py); training keeps the fused kernel.
+    """
+    if dropout or causal or q.size(2) > 8 or q.is_cuda:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout,
+                                              is_causal=causal)
+    scores = q @ k.transpose(-1, -2) * q.size(-1) ** -0.5  # (B, H, Tq, Tk)
+    if keep is not None:
+        scores = scores.masked_fill(~keep, NEG_INF)
+    return scores.softmax(dim=-1) @ v  # (B, H, Tq, dh)
 
 
 def xavier_(linear: nn.Linear, parts: int = 1) -> None:
@@ -135,7 +154,7 @@ class SelfAttention(nn.Module):
             v_buf[:, :, step:end] = v
             k, v = k_buf[:, :, :end], v_buf[:, :, :end]  # (B, H, end, dh) views
         p = self.attn_dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=p, is_causal=causal)
+        y = attention(q, k, v, keep, p, causal)
         return self.out(merge_heads(y))  # (B, T, D)
 
 
@@ -144,6 +163,10 @@ class CrossAttention(nn.Module):
 
     The keys/values depend only on the encoder output, so `project_kv` is separate: the
     cache computes them once per sentence instead of once per decoded token.
+
+    K/V may hold fewer rows than x: n sentences against n*beam decoder rows (row i*beam + j
+    is beam j of sentence i). The beam rows of a sentence then become extra query positions
+    against its one copy of K/V, so beam search reads the source side once per sentence.
     """
 
     def __init__(self, d_model: int, heads: int, attn_dropout: float) -> None:
@@ -165,10 +188,12 @@ class CrossAttention(nn.Module):
         return k, v
 
     def forward(self, x: Tensor, k: Tensor, v: Tensor, keep: Tensor | None) -> Tensor:
-        (q,) = split_heads(self.q(x), 1, self.heads)  # (B, H, T, dh)
+        rows, length, dim = x.shape  # k, v: (n, H, S, dh) with rows = n * beam
+        x = x.view(k.size(0), -1, dim)  # (n, beam*T, D)
+        (q,) = split_heads(self.q(x), 1, self.heads)  # (n, H, beam*T, dh)
         p = self.attn_dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=p)
-        return self.out(merge_heads(y))  # (B, T, D)
+        y = attention(q, k, v, keep, p)
+        return self.out(merge_heads(y)).view(rows, length, dim)  # (B, T, D)
 
 
 class FeedForward(nn.Module):
@@ -237,9 +262,9 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,  # (B, T, D)
-        cross_k: Tensor,  # (B, H, S, dh)
-        cross_v: Tensor,  # (B, H, S, dh)
-        src_keep: Tensor | None,  # (B, 1, 1, S)
+        cross_k: Tensor,  # (n, H, S, dh): n = B, or B / beam in beam search
+        cross_v: Tensor,  # (n, H, S, dh)
+        src_keep: Tensor | None,  # (n, 1, 1, S)
         self_cache: tuple[Tensor, Tensor] | None = None,
         step: int = 0,
     ) -> Tensor:
@@ -266,52 +291,55 @@ class DecoderLayer(nn.Module):
 
 @dataclass
 class DecoderCache:
-    """What `decode_step` needs between calls, for B rows (sentences or beam hypotheses).
+    """What `decode_step` needs between calls, for n sentences with `beam` rows each.
 
-    Self-attention K/V are preallocated for `max_len` positions and filled up to `step`;
-    writing into a buffer beats concatenating a growing tensor every step.
+    Row i*beam + j is hypothesis j of sentence i. Self-attention K/V are per row,
+    preallocated for `max_len` positions and filled up to `step`: writing into a buffer
+    beats concatenating a growing tensor every step. Cross-attention K/V are per sentence,
+    shared by its beam rows (see CrossAttention).
     """
 
-    self_k: list[Tensor]  # per decoder layer, (B, H, max_len, dh); positions < step are valid
-    self_v: list[Tensor]
-    cross_k: list[Tensor]  # per decoder layer, (B, H, S, dh); fixed for the whole search
+    self_kv: list[Tensor]  # per decoder layer, (2, R, H, max_len, dh): K and V stacked;
+    # the first `rows` of R are in use, positions < step are valid
+    spare_kv: list[Tensor]  # same shapes: where reorder gathers rows into; then they swap
+    rows: int  # hypotheses in use = sentences * beam
+    beam: int
+    cross_k: list[Tensor]  # per decoder layer, (n, H, S, dh); fixed for the whole search
     cross_v: list[Tensor]
-    src_pad_mask: Tensor  # (B, S) True at source padding
-    src_keep: Tensor | None  # (B, 1, 1, S) attention mask derived from it; None = no padding
+    src_keep: Tensor | None  # (n, 1, 1, S) True where attention may look; None = no padding
     max_len: int  # how many decode_step calls the buffers hold
     step: int = 0  # positions decoded so far = position of the next token
 
     @property
-    def batch_size(self) -> int:
-        return self.src_pad_mask.size(0)
+    def sentences(self) -> int:
+        return self.cross_k[0].size(0)
 
-    def reorder(self, rows: Tensor, cross: bool = True) -> None:
-        """Keep row rows[i] as new row i, for every per-row tensor.
+    def self_cache(self, layer: int) -> tuple[Tensor, Tensor]:
+        """Layer's K and V buffers for the rows in use, each (rows, H, max_len, dh)."""
+        kv = self.self_kv[layer]
+        return kv[0, : self.rows], kv[1, : self.rows]
 
-        Rows may repeat (beam re-ranking) and may be fewer than before (finished sentences
-        dropped). Only the `step` filled self-attention positions are copied.
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep row rows[i] as new row i; `sentences` (kept sentence indices, in order)
+        when the set of sentences changes, None when it does not.
 
-        cross=False leaves the source-side tensors alone: valid only when the number of rows
-        is unchanged and each new row comes from a row with the same source sentence (beam
-        re-ranking inside each sentence), and it saves copying the cross K/V every step.
+        Rows may repeat (beam re-ranking). New row i must come from a row of the sentence
+        that will be number i // beam: the search only ever re-ranks inside a sentence and
+        drops whole sentences. Only the `step` filled positions are copied, into the spare
+        buffers, which then swap with the current ones: no allocation per step.
         """
-        if not cross and rows.numel() != self.batch_size:
-            raise ValueError("reorder(cross=False) needs as many rows as before")
-        self.self_k = [_take_rows(buf, rows, self.step) for buf in self.self_k]
-        self.self_v = [_take_rows(buf, rows, self.step) for buf in self.self_v]
-        if cross:
-            self.cross_k = [t.index_select(0, rows) for t in self.cross_k]
-            self.cross_v = [t.index_select(0, rows) for t in self.cross_v]
-            self.src_pad_mask = self.src_pad_mask.index_select(0, rows)
+        kept = self.sentences if sentences is None else sentences.numel()
+        if rows.numel() != kept * self.beam:
+            raise ValueError(f"reorder needs {kept} x {self.beam} rows, got {rows.numel()}")
+        used, count = self.step, rows.numel()
+        for kv, spare in zip(self.self_kv, self.spare_kv, strict=True):
+            torch.index_select(kv[:, :, :, :used], 1, rows, out=spare[:, :count, :, :used])
+        self.self_kv, self.spare_kv, self.rows = self.spare_kv, self.self_kv, count
+        if sentences is not None:
+            self.cross_k = [t.index_select(0, sentences) for t in self.cross_k]
+            self.cross_v = [t.index_select(0, sentences) for t in self.cross_v]
             if self.src_keep is not None:
-                self.src_keep = self.src_keep.index_select(0, rows)
-
-
-def _take_rows(buf: Tensor, rows: Tensor, used: int) -> Tensor:
-    """index_select rows of a (B, H, max_len, dh) buffer, copying only `used` positions."""
-    out = buf.new_empty((rows.numel(), *buf.shape[1:]))
-    torch.index_select(buf[:, :, :used], 0, rows, out=out[:, :, :used])
-    return out
+                self.src_keep = self.src_keep.index_select(0, sentences)
 
 
 # --------------------------------------------------------------------------- the model
@@ -437,8 +465,11 @@ class Transformer(nn.Module):
 
     # ----------------------------------------------------------------------- step by step
 
-    def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int) -> DecoderCache:
-        """A cache for up to `max_len` decode_step calls on these B sentences.
+    def init_cache(
+        self, memory: Tensor, src_pad_mask: Tensor, max_len: int, beam: int = 1
+    ) -> DecoderCache:
+        """A cache for up to `max_len` decode_step calls on these B sentences, `beam` rows
+        (hypotheses) each.
 
         Projects the cross-attention K/V of every layer once, and allocates the
         self-attention K/V buffers. Call under torch.inference_mode().
@@ -455,17 +486,18 @@ class Transformer(nn.Module):
             cross_v.append(v.contiguous())
         batch, heads, _, head_dim = cross_k[0].shape
         # Same dtype as the projections (bf16 under autocast), so writes need no casts.
-        shape, dtype = (batch, heads, max_len, head_dim), cross_k[0].dtype
+        shape, dtype = (2, batch * beam, heads, max_len, head_dim), cross_k[0].dtype
 
         def buffers() -> list[Tensor]:
             return [memory.new_empty(shape, dtype=dtype) for _ in self.decoder]
 
         return DecoderCache(
-            self_k=buffers(),
-            self_v=buffers(),
+            self_kv=buffers(),
+            spare_kv=buffers(),
+            rows=batch * beam,
+            beam=beam,
             cross_k=cross_k,
             cross_v=cross_v,
-            src_pad_mask=src_pad_mask,
             src_keep=keep_mask(src_pad_mask),
             max_len=max_len,
         )
@@ -482,7 +514,7 @@ class Transformer(nn.Module):
             raise ValueError(f"the cache holds {cache.max_len} positions; it is full")
         x = self._embed(self.tgt_embed, prev_tokens[:, None], start=step)  # (B, 1, D)
         for i, layer in enumerate(self.decoder):
-            self_cache = (cache.self_k[i], cache.self_v[i])
-            x = layer(x, cache.cross_k[i], cache.cross_v[i], cache.src_keep, self_cache, step)
+            x = layer(x, cache.cross_k[i], cache.cross_v[i], cache.src_keep,
+                      cache.self_cache(i), step)
         cache.step = step + 1
         return self.out_proj(self.dec_norm(x[:, 0])).float()  # (B, V)

@@ -81,24 +81,26 @@ def _caps(models: list[Any], src: Tensor, a: float, b: int, bos: int, eos: int, 
 class _Ensemble:
     """Steps all models together, row-aligned, and averages their log-probabilities.
 
+    Rows are sentences x `beam` hypotheses (row i*beam + j is hypothesis j of sentence i).
     Cached: each model has its own DecoderCache and sees one new token per step.
     Uncached: each model re-decodes the whole prefix against its encoder output; this is
     the reference the cache is tested against, and the uncached benchmark.
     """
 
-    def __init__(self, models: list[Any], src: Tensor, steps: int, use_cache: bool,
+    def __init__(self, models: list[Any], src: Tensor, steps: int, beam: int, use_cache: bool,
                  never: tuple[int, ...]) -> None:
         self.models = models
         self.never = list(never)  # token ids the search must not produce
         encoded = [m.encode(src) for m in models]  # [(memory (B,S,D), src_pad_mask (B,S))]
         if use_cache:
             # The caches keep what decoding needs of the source (the projected memory).
-            self.caches = [m.init_cache(mem, mask, steps) for m, (mem, mask) in zip(
+            self.caches = [m.init_cache(mem, mask, steps, beam) for m, (mem, mask) in zip(
                 models, encoded, strict=True)]
             self.encoded = None
         else:
             self.caches = None
-            self.encoded = encoded
+            self.encoded = [(mem.repeat_interleave(beam, 0), mask.repeat_interleave(beam, 0))
+                            for mem, mask in encoded]  # one copy per row
 
     def log_probs(self, seqs: Tensor, t: int) -> Tensor:
         """seqs (N, > t): BOS then t tokens per row -> (N, V) fp32 log-probs of the next one."""
@@ -114,16 +116,13 @@ class _Ensemble:
             lprobs[:, token] = NEG_INF
         return lprobs
 
-    def reorder(self, rows: Tensor, same_sources: bool = False) -> None:
-        """Row i becomes old row rows[i] in every model's state.
-
-        same_sources: every new row comes from a row of the same sentence and the row count
-        is unchanged (beam re-ranking), so the source-side tensors can stay as they are.
-        """
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Row i becomes old row rows[i] in every model's state; `sentences` lists the
+        sentences kept when some leave, None when all stay (beam re-ranking)."""
         if self.caches is not None:
             for cache in self.caches:
-                cache.reorder(rows, cross=not same_sources)
-        elif not same_sources:
+                cache.reorder(rows, sentences)
+        elif sentences is not None:
             self.encoded = [(mem.index_select(0, rows), mask.index_select(0, rows))
                             for mem, mask in self.encoded]
 
@@ -133,14 +132,15 @@ def _as_list(models: Any) -> list[Any]:
 
 
 def _start(
-    models: Any, src: Tensor, a: float, b: int, use_cache: bool, bos: int, eos: int, pad: int
+    models: Any, src: Tensor, a: float, b: int, beam: int, use_cache: bool, bos: int, eos: int,
+    pad: int
 ) -> tuple[Tensor, int, _Ensemble]:
     """What both searches begin with: per-sentence caps (B,), the step count, the ensemble
     with its encoder run once."""
     models = _as_list(models)
     caps = _caps(models, src, a, b, bos, eos, pad)  # (B,)
     steps = int(caps.max())
-    return caps, steps, _Ensemble(models, src, steps, use_cache, never=(pad, bos))
+    return caps, steps, _Ensemble(models, src, steps, beam, use_cache, never=(pad, bos))
 
 
 # --------------------------------------------------------------------------- greedy
@@ -161,7 +161,8 @@ def greedy_search(
     batch = src.size(0)
     if batch == 0:
         return []
-    caps, steps, dec = _start(models, src, max_len_a, max_len_b, use_cache, bos, eos, pad)
+    caps, steps, dec = _start(models, src, max_len_a, max_len_b, 1, use_cache, bos, eos,
+                              pad)
 
     # Live rows: sentence index, BOS + tokens so far, summed log-prob, cap.
     rows = torch.arange(batch, device=src.device)  # (N,)
@@ -187,7 +188,7 @@ def greedy_search(
         if keep.numel() == 0:
             break
         rows, seqs, logprob, caps = rows[keep], seqs[keep], logprob[keep], caps[keep]
-        dec.reorder(keep)
+        dec.reorder(keep, keep)
 
     tokens, lengths, logprobs = out_seqs[:, 1:].tolist(), out_len.tolist(), out_logprob.tolist()
     return [Hypothesis(seq[:n], lp, lp) for seq, n, lp in zip(tokens, lengths, logprobs,
@@ -390,8 +391,8 @@ def beam_search(
     batch = src.size(0)
     if batch == 0:
         return []
-    caps, steps, dec = _start(models, src, max_len_a, max_len_b, use_cache, bos, eos, pad)
-    dec.reorder(torch.arange(batch, device=src.device).repeat_interleave(beam))
+    caps, steps, dec = _start(models, src, max_len_a, max_len_b, beam, use_cache, bos, eos,
+                              pad)
     beams = _Beams.start(caps, beam, nbest, steps, bos, pad)
     results = _Finished.empty(batch, nbest, steps, src.device)  # by sentence
 
@@ -405,11 +406,11 @@ def beam_search(
         beams = _Beams(beams.rows, beams.caps, logprob, seqs, finished)
         keep = (~done).nonzero().squeeze(1)  # the step's one host-device sync
         if keep.numel() == n:
-            dec.reorder(rows, same_sources=True)
+            dec.reorder(rows)
             continue
         results.store(beams.rows, finished)  # final for the done; live ones are rewritten
         if keep.numel() == 0:
             break
         beams = beams.select(keep)
-        dec.reorder(rows.view(n, beam)[keep].view(-1))
+        dec.reorder(rows.view(n, beam)[keep].view(-1), keep)
     return results.hypotheses()

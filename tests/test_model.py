@@ -144,45 +144,35 @@ def test_cached_steps_equal_full_decode(cfg):
 
 
 def test_cache_reorder_repeats_and_drops_rows():
+    """Beam search's use of the cache: 2 rows per sentence, re-ranked inside sentences,
+    then a sentence dropped; every step must equal a full decode of the row's prefix."""
     model = make_model(replace(TINY, norm="post", activation="swiglu"))
-    src, tgt = tokens(4, 7, 2), tokens(6, 6, 6)
+    src, tgt = tokens(4, 7, 2), tokens(6, 6, 6, 6, 6, 6)
     tgt[:, 0] = BOS
+    beam = 2  # rows 2i and 2i+1 belong to sentence i
     with torch.inference_mode():
         memory, pad = model.encode(src)
-        full = model.decode(tgt, memory, pad)
-        cache = model.init_cache(memory, pad, max_len=8)
+        row_memory, row_pad = memory.repeat_interleave(beam, 0), pad.repeat_interleave(beam, 0)
+        full = model.decode(tgt, row_memory, row_pad)
+        cache = model.init_cache(memory, pad, max_len=8, beam=beam)
         step_through(model, cache, tgt[:, :3])
 
-        rows = torch.tensor([2, 0, 2, 1])  # repeated rows, new order (beam re-ranking)
-        cache.reorder(rows)
-        after = step_through(model, cache, tgt[rows, 3:])
-        torch.testing.assert_close(after, full[rows, 3:], atol=1e-5, rtol=0)
+        first = torch.tensor([1, 1, 2, 3, 5, 4])  # repeated rows, new order (beam re-ranking)
+        cache.reorder(first)
+        after = step_through(model, cache, tgt[first, 3:5])
+        torch.testing.assert_close(after, full[first, 3:5], atol=1e-5, rtol=0)
 
-        rows = torch.tensor([3])  # fewer rows (finished sentences dropped): old row 1
-        cache.reorder(rows)
-        assert cache.batch_size == 1 and cache.cross_k[0].size(0) == 1
-        extra = torch.tensor([5])
+        rows, sentences = torch.tensor([4, 4, 0, 1]), torch.tensor([2, 0])  # sentence 1 done
+        cache.reorder(rows, sentences)
+        assert cache.rows == 4 and cache.sentences == 2 and cache.cross_k[0].size(0) == 2
+        extra = torch.tensor([5, 6, 7, 8])
         last = model.decode_step(extra, cache)
-        reference = model.decode(torch.cat([tgt[1:2], extra[None]], 1), memory[1:2], pad[1:2])
+        old_rows = first[rows]  # the rows of tgt they descend from
+        prefix = torch.cat([tgt[old_rows, :5], extra[:, None]], 1)
+        reference = model.decode(prefix, row_memory[old_rows], row_pad[old_rows])
         torch.testing.assert_close(last, reference[:, -1], atol=1e-5, rtol=0)
-
-
-def test_reorder_within_sentences_can_keep_cross_attention():
-    model = make_model()
-    src, tgt = tokens(4, 7), tokens(5, 5)
-    tgt[:, 0] = BOS
-    beam = 2
-    with torch.inference_mode():
-        memory, pad = model.encode(src.repeat_interleave(beam, 0))  # rows: s0 s0 s1 s1
-        full = model.decode(tgt.repeat_interleave(beam, 0), memory, pad)
-        cache = model.init_cache(memory, pad, max_len=6)
-        step_through(model, cache, tgt.repeat_interleave(beam, 0)[:, :2])
-        rows = torch.tensor([1, 1, 3, 2])  # each new row from a row with the same source
-        cache.reorder(rows, cross=False)
-        after = step_through(model, cache, tgt.repeat_interleave(beam, 0)[:, 2:])
-        torch.testing.assert_close(after, full[:, 2:], atol=1e-5, rtol=0)
-        with pytest.raises(ValueError):
-            cache.reorder(torch.tensor([0]), cross=False)
+        with pytest.raises(ValueError, match="2 x 2 rows"):
+            cache.reorder(torch.tensor([0]))
 
 
 def test_full_cache_and_long_cache_are_errors():
@@ -265,5 +255,5 @@ def test_bf16_autocast_trains_and_caches():
         full = model.decode(tgt, memory, pad)
         cache = model.init_cache(memory, pad, max_len=5)
         stepped = step_through(model, cache, tgt)
-    assert cache.self_k[0].dtype == torch.bfloat16 and stepped.dtype == torch.float32
+    assert cache.self_kv[0].dtype == torch.bfloat16 and stepped.dtype == torch.float32
     torch.testing.assert_close(stepped, full.float(), atol=0.05, rtol=0)

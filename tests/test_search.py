@@ -32,15 +32,20 @@ Probs = dict[int, float]
 class ScriptedCache:
     """Remembers each row's source id and its tokens so far; reorder keeps them aligned."""
 
-    def __init__(self, keys: torch.Tensor, max_len: int) -> None:
-        self.keys = keys  # (B,) source id per row
-        self.history = keys.new_zeros((keys.numel(), 0))  # (B, step) tokens fed so far
+    def __init__(self, keys: torch.Tensor, max_len: int, beam: int) -> None:
+        self.sentence_keys = keys  # (n,) source id per sentence
+        self.keys = keys.repeat_interleave(beam)  # (B,) source id per row
+        self.history = keys.new_zeros((self.keys.numel(), 0))  # (B, step) tokens so far
         self.max_len = max_len
         self.step = 0
 
-    def reorder(self, rows: torch.Tensor, cross: bool = True) -> None:
-        if not cross:  # the search promises that rows stay within their sentence
+    def reorder(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        beam = rows.numel() // (self.keys.numel() if sentences is None else sentences.numel())
+        if sentences is None:  # the search promises that rows stay within their sentence
             assert torch.equal(self.keys[rows], self.keys)
+        else:  # and that new row i comes from sentence sentences[i // beam]
+            self.sentence_keys = self.sentence_keys[sentences]
+            assert torch.equal(self.keys[rows], self.sentence_keys.repeat_interleave(beam))
         self.keys, self.history = self.keys[rows], self.history[rows]
 
 
@@ -60,9 +65,9 @@ class ScriptedModel:
     def encode(self, src: torch.Tensor):
         return src.float().unsqueeze(-1), src == PAD  # memory (B, S, 1) carries the ids
 
-    def init_cache(self, memory, src_pad_mask, max_len: int) -> ScriptedCache:
+    def init_cache(self, memory, src_pad_mask, max_len: int, beam: int) -> ScriptedCache:
         assert max_len <= self.cfg.max_positions
-        return ScriptedCache(memory[:, 0, 0].long(), max_len)
+        return ScriptedCache(memory[:, 0, 0].long(), max_len, beam)
 
     def decode_step(self, prev_tokens: torch.Tensor, cache: ScriptedCache) -> torch.Tensor:
         assert cache.step < cache.max_len, "decode_step beyond the cache's max_len"
