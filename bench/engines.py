@@ -2,9 +2,11 @@
 
 Beam 5 (or --beam), CPU, the same threads and 4096-token batches, Bible test set (991
 lines), tokenisation and detokenisation included. Prints, per engine, sentences/second
-and test BLEU, and the ratio of mtkit fp32's speed to CTranslate2 float32's.
+and test BLEU, and the ratio of mtkit fp32's speed to CTranslate2 float32's. mtkit stops
+each sentence's search by --stop (early, the default, or exact); CTranslate2 by its own
+rule, once `beam` hypotheses have finished.
 
-    python bench/engines.py --model runs/bible-es-en/model.pt [--threads 2]
+    python bench/engines.py --model runs/bible-es-en/model.pt [--threads 2] [--stop exact]
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=Path("runs/bible-es-en/model.pt"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--stop", choices=("early", "exact"), default="early")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     lines = list(read_lines(BIBLE / "test.es"))
     refs = list(read_lines(BIBLE / "test.en"))
     models, tokenizer, recipe = load_models([args.model], torch.device("cpu"))
-    options = DecodeOptions(beam=args.beam, lenpen=recipe.decode.lenpen, max_tokens=4096,
-                            max_len_a=recipe.decode.max_len_a, max_len_b=recipe.decode.max_len_b)
+    options = DecodeOptions(beam=args.beam, lenpen=recipe.decode.lenpen, stop=args.stop,
+                            max_tokens=4096, max_len_a=recipe.decode.max_len_a,
+                            max_len_b=recipe.decode.max_len_b)
     results = {
         "mtkit_fp32": measure(models, tokenizer, options, lines, refs),
         "mtkit_int8": measure([quantize_int8(m) for m in models], tokenizer, options, lines,
@@ -62,7 +66,8 @@ def main() -> None:
                                                      refs)
     fp32, int8 = results["mtkit_fp32"], results["mtkit_int8"]
     record("engines", {
-        "beam": args.beam, "lines": len(lines), "threads": args.threads, "max_tokens": 4096,
+        "beam": args.beam, "stop": args.stop, "lines": len(lines), "threads": args.threads,
+        "max_tokens": 4096,
         "results": results,
         "mtkit_vs_ct2_float32_speed": round(
             fp32["sentences_per_s"] / results["ct2_float32"]["sentences_per_s"], 2),

@@ -209,6 +209,10 @@ def translate(
     models: list[Path] = typer.Option(..., "-m", "--model", help="Model file (repeat: ensemble)."),
     beam: int | None = typer.Option(None, "--beam", help="Beam size (1 = greedy)."),
     lenpen: float | None = typer.Option(None, "--lenpen", help="Length penalty exponent."),
+    stop: str | None = typer.Option(
+        None, "--stop", help="When beam search ends a sentence: early (no live hypothesis "
+        "would beat the n-best by ending next) or exact (none could, at any length)."
+    ),
     nbest: int = typer.Option(1, "--nbest", help="Hypotheses per input (TSV when > 1)."),
     max_len_a: float | None = typer.Option(None, "--max-len-a"),
     max_len_b: int | None = typer.Option(None, "--max-len-b"),
@@ -237,6 +241,7 @@ def translate(
     options = DecodeOptions(
         beam=beam if beam is not None else d.beam,
         lenpen=lenpen if lenpen is not None else d.lenpen,
+        stop=stop if stop is not None else d.stop,
         nbest=nbest,
         max_len_a=max_len_a if max_len_a is not None else d.max_len_a,
         max_len_b=max_len_b if max_len_b is not None else d.max_len_b,
@@ -245,6 +250,12 @@ def translate(
     )
     if options.beam < 1 or options.nbest < 1 or options.nbest > options.beam:
         raise ConfigError("--nbest must be between 1 and --beam, and --beam at least 1")
+    if options.stop not in ("early", "exact"):
+        raise ConfigError(f"--stop {options.stop}: expected early or exact")
+    if options.stop == "exact" and not isinstance(backend, list):
+        if stop is not None:
+            raise ConfigError("--stop exact: CTranslate2 always stops early; use --engine torch")
+        log.warning("CTranslate2 stops early: the recipe's decode.stop exact does not apply")
     translator = Translator(backend, tokenizer, options, torch_device)
     in_fd = _open_input(input_file)
     if output_file is not None:

@@ -115,6 +115,10 @@ class TrainConfig:
 class DecodeConfig:
     beam: int = 5
     lenpen: float = 1.0
+    # when a sentence's beam search ends, once the n-best has finished: early = when no
+    # live hypothesis would beat it by ending at the next step; exact = when none could,
+    # at any length up to the cap
+    stop: Literal["early", "exact"] = "early"
     max_len_a: float = 1.2
     max_len_b: int = 10
     # when set, the eval stage tries every beam x lenpen on the dev set and decodes the

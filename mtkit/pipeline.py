@@ -270,7 +270,7 @@ def dev_bleu(recipe: Recipe, bundle: dict[str, Any], device: str) -> float:
 def _translator(recipe: Recipe, models: list[Transformer], tokenizer: Tokenizer,
                 device: torch.device, beam: int, lenpen: float) -> Translator:
     d = recipe.decode
-    options = DecodeOptions(beam=beam, lenpen=lenpen, max_len_a=d.max_len_a,
+    options = DecodeOptions(beam=beam, lenpen=lenpen, stop=d.stop, max_len_a=d.max_len_a,
                             max_len_b=d.max_len_b, max_tokens=recipe.train.max_tokens)
     return Translator(models, tokenizer, options, device)
 
@@ -364,7 +364,8 @@ def eval_stage(recipe: Recipe, run_dir: Path, device: str) -> dict[str, Any] | N
                 },
             }
         )
-    report = {"stamp": stamp, "decode": {"beam": beam, "lenpen": lenpen}, "results": results}
+    report = {"stamp": stamp, "decode": {"beam": beam, "lenpen": lenpen, "stop": d.stop},
+              "results": results}
     if grid is not None:
         report["dev_grid"] = grid
     _write_stamp(scores_path, report)

@@ -348,21 +348,29 @@ def _score_bound(logprob: Tensor, shortest: int, longest: Tensor, lenpen: float)
     return torch.maximum(at_longest, at_shortest)
 
 
-def _sentence_done(finished: _Finished, logprob: Tensor, caps: Tensor, t: int,
-                   lenpen: float) -> Tensor:
-    """(n,) True where the n-best can no longer change.
+def _sentence_done(finished: _Finished, logprob: Tensor, caps: Tensor, t: int, lenpen: float,
+                   stop: str) -> Tensor:
+    """(n,) True where the search of a sentence is over.
 
     That is: the cap was reached; or no live beam is left; or `nbest` hypotheses have
-    finished and even the best live beam cannot beat the worst of them (_score_bound).
-    A live beam now has t+1 terms, so its descendants have between t+2 and cap.
+    finished and the best live beam is not expected to beat the worst of them. A live beam
+    now has t+1 terms, so its descendants have between t+2 and cap. By `stop`:
 
-    Asking for `nbest` rather than `beam` finished hypotheses returns exactly the same
-    n-best, only sooner: every later hypothesis descends from a beam live now, so it
-    scores at most the bound, which cannot beat the n-best we hold.
+    * exact: expected = could, at any length up to the cap (_score_bound). Asking for
+      `nbest` rather than `beam` finished hypotheses returns exactly the same n-best, only
+      sooner: every later hypothesis descends from a beam live now, so it scores at most
+      the bound, which cannot beat the n-best we hold.
+    * early: expected = would, if it ended at the next step (t+2 terms). Exact for lenpen
+      0, where longer can only be worse. With lenpen > 0 a beam that goes on with likely
+      tokens raises its per-term score; the exact rule waits for those, which costs about
+      a third more decoder work on the Bible test set for +0.2 BLEU.
     """
     worst = finished.score[:, -1]  # -inf until `nbest` hypotheses have finished
     best_live = logprob.max(dim=1).values
-    bound = _score_bound(best_live, t + 2, caps, lenpen)
+    if stop == "exact":
+        bound = _score_bound(best_live, t + 2, caps, lenpen)
+    else:
+        bound = best_live / float(t + 2) ** lenpen
     return (caps <= t + 1) | best_live.isneginf() | (worst.isfinite() & (bound <= worst))
 
 
@@ -376,6 +384,7 @@ def beam_search(
     max_len_a: float = 1.2,
     max_len_b: int = 10,
     use_cache: bool = True,
+    stop: str = "early",
     bos: int = BOS,
     eos: int = EOS,
     pad: int = PAD,
@@ -384,10 +393,13 @@ def beam_search(
 
     All sentences are searched together as (sentences x beam) rows. Each step extends every
     live beam by every token, keeps the 2*beam best, sets the ending ones aside (if within
-    the top `beam`) and continues with the best `beam` others.
+    the top `beam`) and continues with the best `beam` others, until `stop` says the
+    sentence is done (see _sentence_done).
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
+    if stop not in ("early", "exact"):
+        raise ValueError(f"stop must be 'early' or 'exact', got {stop!r}")
     batch = src.size(0)
     if batch == 0:
         return []
@@ -402,7 +414,7 @@ def beam_search(
         cand = _top_candidates(beams.logprob, lprobs, 2 * beam)
         finished = beams.finished.merge(_finishing(beams, cand, t, eos, pad, lenpen))
         logprob, seqs, rows = _advance(beams, cand, t, eos)
-        done = _sentence_done(finished, logprob, beams.caps, t, lenpen)
+        done = _sentence_done(finished, logprob, beams.caps, t, lenpen, stop)
         beams = _Beams(beams.rows, beams.caps, logprob, seqs, finished)
         keep = (~done).nonzero().squeeze(1)  # the step's one host-device sync
         if keep.numel() == n:

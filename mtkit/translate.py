@@ -37,6 +37,7 @@ log = logging.getLogger("mtkit")
 class DecodeOptions:
     beam: int = 5
     lenpen: float = 1.0
+    stop: str = "early"  # "early" or "exact": see DecodeConfig.stop
     nbest: int = 1
     max_len_a: float = 1.2
     max_len_b: int = 10
@@ -138,6 +139,7 @@ class TorchEngine:
         return beam_search(
             self.models, src, beam=opts.beam, lenpen=opts.lenpen, nbest=opts.nbest,
             max_len_a=opts.max_len_a, max_len_b=opts.max_len_b, use_cache=opts.use_cache,
+            stop=opts.stop,
         )
 
 

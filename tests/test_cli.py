@@ -177,7 +177,7 @@ def test_decode_settings_are_chosen_on_dev(tiny_run, tmp_path, mtkit_cli):
     assert [(row["beam"], row["lenpen"]) for row in grid] == [(1, 0.5), (1, 1.5), (3, 0.5),
                                                                (3, 1.5)]
     best = max(grid, key=lambda row: row["dev_bleu"])
-    assert scores["decode"] == {"beam": best["beam"], "lenpen": best["lenpen"]}
+    assert scores["decode"] == {"beam": best["beam"], "lenpen": best["lenpen"], "stop": "early"}
 
     # the test set was decoded with the chosen setting
     [hyp] = (run.run_dir / "eval").glob("*.hyp.en")

@@ -73,6 +73,7 @@ def test_roundtrip_through_dict(tmp_path):
         ("train: {average: top-3}", "train.average: expected best-K, last-K (K >= 1) or none"),
         ("train: {average: best-0}", "train.average: expected best-K"),
         ("train: {average: last-2, average_last: 3}", "train.average_last is the old name"),
+        ("decode: {stop: always}", "decode.stop: expected one of early, exact, got 'always'"),
     ],
 )
 def test_validation_errors_name_the_key(tmp_path, edit, message):

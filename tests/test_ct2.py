@@ -67,3 +67,8 @@ def test_export_and_translate_through_the_cli(reverse_model, tmp_path):
         else:
             indices = [int(r.split("\t")[0]) for r in rows]
             assert set(indices) == set(range(22))
+    exact = [str(MTKIT), "translate", "-m", "exported", "--stop", "exact"]  # torch only
+    done = subprocess.run(exact, cwd=tmp_path, env=CLI_ENV, input="hola\n", capture_output=True,
+                          text=True)
+    assert done.returncode != 0 and "--engine torch" in done.stderr
+    assert "Traceback" not in done.stderr

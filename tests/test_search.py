@@ -149,16 +149,37 @@ def test_beam_escapes_the_greedy_trap(use_cache):
     assert [h.logprob for h in hyps] == pytest.approx([ln(0.36), ln(0.2)], abs=1e-4)
 
 
-def test_search_stops_once_nothing_can_beat_the_nbest():
+@pytest.mark.parametrize("stop", ["early", "exact"])
+def test_search_stops_once_nothing_can_beat_the_nbest(stop):
     # After step 1, B EOS (0.36) is finished and the live A C (0.2), A D (0.175) can only
     # lose probability: with nbest=1 nothing can change, so the search stops there.
     model = ScriptedModel(table(GREEDY_TRAP))
-    (hyps,) = beam_search([model], sources(A), beam=2, lenpen=0.0, nbest=1)
+    (hyps,) = beam_search([model], sources(A), beam=2, lenpen=0.0, nbest=1, stop=stop)
     assert hyps[0].tokens == [B]
     assert model.rows_per_step == [2, 2]
     model.rows_per_step.clear()
-    beam_search([model], sources(A), beam=2, lenpen=0.0, nbest=2)  # needs A C's ending too
+    beam_search([model], sources(A), beam=2, lenpen=0.0, nbest=2, stop=stop)  # A C's end
     assert model.rows_per_step == [2, 2, 2]
+
+
+# Ending now scores ln 0.7 = -0.36; A (0.3) has -1.2 / 2 = -0.6 if it ended next, but
+# with near-certain tokens after it A B C D EOS scores (ln 0.3 + 3 ln 0.99) / 5 = -0.25.
+LONG_RECOVERS = {(): {EOS: 0.7, A: 0.3}, (A,): {B: 0.99, EOS: 0.01},
+                 (A, B): {C: 0.99, EOS: 0.01}, (A, B, C): {D: 0.99, EOS: 0.01}}
+
+
+def test_early_stop_gives_up_a_hypothesis_that_would_recover():
+    model = ScriptedModel(table(LONG_RECOVERS))
+    (early,) = beam_search([model], sources(A), beam=2, lenpen=1.0, stop="early")
+    assert early[0].tokens == [] and model.rows_per_step == [2]
+    (exact,) = beam_search([model], sources(A), beam=2, lenpen=1.0, stop="exact")
+    assert exact[0].tokens == [A, B, C, D]
+    assert exact[0].score == pytest.approx((ln(0.3) + 3 * ln(0.99)) / 5, abs=1e-4)
+    for stop in ("early", "exact"):  # without length penalty, ending now is the best
+        (raw,) = beam_search([model], sources(A), beam=2, lenpen=0.0, stop=stop)
+        assert raw[0].tokens == []
+    with pytest.raises(ValueError, match="stop"):
+        beam_search([model], sources(A), stop="never")
 
 
 # Ending now (0.55) beats A B EOS (0.324) in total log-prob, but not per token.
@@ -169,11 +190,13 @@ def test_length_penalty_changes_the_winner():
     model = ScriptedModel(table(SHORT_OR_LONG))
     (raw,) = beam_search([model], sources(A), beam=2, lenpen=0.0)
     assert raw[0].tokens == [] and raw[0].score == pytest.approx(ln(0.55), abs=1e-4)
-    (normalised,) = beam_search([model], sources(A), beam=2, lenpen=1.0)
+    (normalised,) = beam_search([model], sources(A), beam=2, lenpen=1.0, stop="exact")
     best = normalised[0]
     assert best.tokens == [A, B]
     assert best.logprob == pytest.approx(ln(0.324), abs=1e-4)
     assert best.score == pytest.approx(ln(0.324) / 3, abs=1e-4)  # 2 tokens + EOS
+    (early,) = beam_search([model], sources(A), beam=2, lenpen=1.0, stop="early")
+    assert early == normalised  # A B stays ahead of the finished EOS at every step
 
 
 def test_eos_first_gives_an_empty_hypothesis():
@@ -363,11 +386,21 @@ def test_beam_one_is_greedy_real(copy_model, lenpen):
 def test_smaller_nbest_is_a_prefix_of_larger(copy_model):
     # Stopping once the n-best cannot change must not change the n-best.
     model, src = copy_model
-    full = beam_search([model], src, beam=5, nbest=5)
+    full = beam_search([model], src, beam=5, nbest=5, stop="exact")
     for nbest in (1, 2):
-        for got, expected in zip(beam_search([model], src, beam=5, nbest=nbest), full,
-                                 strict=True):
+        for got, expected in zip(beam_search([model], src, beam=5, nbest=nbest, stop="exact"),
+                                 full, strict=True):
             assert_same(got, expected[:nbest])
+
+
+def test_early_stop_is_exact_without_length_penalty(copy_model):
+    # With lenpen 0 a step's best candidate ending with EOS beats every live beam's future.
+    model, src = copy_model
+    for beam in (2, 5):
+        early = beam_search([model], src, beam=beam, lenpen=0.0, stop="early")
+        for got, expected in zip(early, beam_search([model], src, beam=beam, lenpen=0.0,
+                                                    stop="exact"), strict=True):
+            assert_same(got, expected)
 
 
 def test_beam_model_score_is_never_worse_than_greedy(copy_model):

@@ -212,6 +212,23 @@ def test_scores_and_quiet(model, mtkit_cli, tmp_path, hostile):
             assert math.isfinite(float(score)) and float(score) < 0, (i, row)
 
 
+def test_exact_stop_never_scores_below_early(model, mtkit_cli, tmp_path):
+    """Both rules run the same search; exact only stops later, so per sentence its best
+    score is at least early's. A bad --stop is a one-line error."""
+    source = "".join(line + "\n" for line in spanish_lines()[:40])
+    scores = {}
+    for stop in ("early", "exact"):
+        result = mtkit_cli(["translate", "-m", model, "--beam", "4", "--lenpen", "1.5",
+                            "--stop", stop, "--scores", "--quiet"], cwd=tmp_path, input=source)
+        assert result.returncode == 0, result.stderr
+        scores[stop] = [float(row.rpartition("\t")[2]) for row in output_lines(result.stdout)]
+    assert len(scores["exact"]) == 40
+    assert all(x >= e - 1e-5 for x, e in zip(scores["exact"], scores["early"], strict=True))
+    result = mtkit_cli(["translate", "-m", model, "--stop", "never"], cwd=tmp_path, input="")
+    assert result.returncode != 0 and "--stop never" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_input_and_output_files_with_crlf(model, mtkit_cli, tmp_path, hostile):
     """--input/--output, stdout stays empty; the input file has CRLF line ends and a last
     line without one, and gives the lines the same text gave with LF."""
