@@ -2,16 +2,20 @@
 
 Beam 5 (or --beam), CPU, the same threads and 4096-token batches, Bible test set (991
 lines), tokenisation and detokenisation included. Prints, per engine, sentences/second
-and test BLEU, and the ratio of mtkit fp32's speed to CTranslate2 float32's. mtkit stops
+(the median over --repeat interleaved rounds) and test BLEU, and the ratio of mtkit
+fp32's speed to CTranslate2 float32's, overall and per round. mtkit stops
 each sentence's search by --stop (early, the default, or exact); CTranslate2 by its own
 rule, once `beam` hypotheses have finished.
 
-    python bench/engines.py --model runs/bible-es-en/model.pt [--threads 2] [--stop exact]
+    python bench/engines.py --model runs/bible-es-en/model.pt [--stop exact] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,15 +31,42 @@ from mtkit.data import read_lines  # noqa: E402
 from mtkit.metrics import corpus_scores  # noqa: E402
 from mtkit.translate import DecodeOptions, Translator, load_models, quantize_int8  # noqa: E402
 
+ENGINES = ("mtkit_fp32", "mtkit_int8", "ct2_float32", "ct2_int8")
 
-def measure(engine, tokenizer, options, lines, refs) -> dict:
+
+def measure(args: argparse.Namespace) -> dict:
+    """Translate the test set with one engine (--measure) and return its figures."""
+    torch.set_num_threads(args.threads)
+    lines = list(read_lines(BIBLE / "test.es"))
+    refs = list(read_lines(BIBLE / "test.en"))
+    models, tokenizer, recipe = load_models([args.model], torch.device("cpu"))
+    options = DecodeOptions(beam=args.beam, lenpen=recipe.decode.lenpen, stop=args.stop,
+                            max_tokens=4096, max_len_a=recipe.decode.max_len_a,
+                            max_len_b=recipe.decode.max_len_b)
+    family, kind = args.measure.split("_")
+    if family == "ct2":
+        engine = ct2.CTranslate2Engine(args.export_dir / kind, "cpu", args.threads)
+        tokenizer = engine.tokenizer
+    else:
+        engine = [quantize_int8(m) for m in models] if kind == "int8" else models
     translator = Translator(engine, tokenizer, options)
     start = time.perf_counter()
     hyps = translator.format(translator.translate(lines), 0)
     seconds = time.perf_counter() - start
     bleu = corpus_scores(hyps, [refs], ("bleu",), tgt_lang="en")[0].score
     return {"sentences_per_s": round(len(lines) / seconds, 2), "seconds": round(seconds, 2),
-            "bleu": round(bleu, 2)}
+            "bleu": round(bleu, 2), "lines": len(lines)}
+
+
+def measure_apart(args: argparse.Namespace, engine: str, export_dir: Path) -> dict:
+    """`measure` in a fresh process: CTranslate2's OpenMP runtime, once it has run, slows
+    torch's threads in the same process (26 -> 16 sentences/s measured), so engines must
+    not share one."""
+    command = [sys.executable, __file__, "--measure", engine, "--export-dir", str(export_dir),
+               "--model", str(args.model), "--threads", str(args.threads),
+               "--beam", str(args.beam), "--stop", args.stop]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def main() -> None:
@@ -44,33 +75,35 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--stop", choices=("early", "exact"), default="early")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="Rounds of all four engines; figures are the per-engine medians.")
+    parser.add_argument("--measure", choices=ENGINES, help=argparse.SUPPRESS)
+    parser.add_argument("--export-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    lines = list(read_lines(BIBLE / "test.es"))
-    refs = list(read_lines(BIBLE / "test.en"))
-    models, tokenizer, recipe = load_models([args.model], torch.device("cpu"))
-    options = DecodeOptions(beam=args.beam, lenpen=recipe.decode.lenpen, stop=args.stop,
-                            max_tokens=4096, max_len_a=recipe.decode.max_len_a,
-                            max_len_b=recipe.decode.max_len_b)
-    results = {
-        "mtkit_fp32": measure(models, tokenizer, options, lines, refs),
-        "mtkit_int8": measure([quantize_int8(m) for m in models], tokenizer, options, lines,
-                              refs),
-    }
+    if args.measure:
+        print(json.dumps(measure(args)))
+        return
     with tempfile.TemporaryDirectory(prefix="mtkit-ct2-") as tmp:
         for quantization in ("float32", "int8"):
-            out = Path(tmp) / quantization
-            ct2.export(args.model, out, quantization)
-            engine = ct2.CTranslate2Engine(out, "cpu", args.threads)
-            results[f"ct2_{quantization}"] = measure(engine, engine.tokenizer, options, lines,
-                                                     refs)
+            ct2.export(args.model, Path(tmp) / quantization, quantization)
+        # Rounds interleave the engines, so a slow spell of a shared machine hits them alike.
+        rounds = [{name: measure_apart(args, name, Path(tmp)) for name in ENGINES}
+                  for _ in range(args.repeat)]
+
+    def median_speed(name: str) -> float:
+        return statistics.median(r[name]["sentences_per_s"] for r in rounds)
+
+    results = {name: {"sentences_per_s": median_speed(name), "bleu": rounds[-1][name]["bleu"]}
+               for name in ENGINES}
     fp32, int8 = results["mtkit_fp32"], results["mtkit_int8"]
     record("engines", {
-        "beam": args.beam, "stop": args.stop, "lines": len(lines), "threads": args.threads,
-        "max_tokens": 4096,
+        "beam": args.beam, "stop": args.stop, "lines": rounds[0]["mtkit_fp32"]["lines"],
+        "threads": args.threads, "max_tokens": 4096, "repeat": args.repeat,
         "results": results,
         "mtkit_vs_ct2_float32_speed": round(
             fp32["sentences_per_s"] / results["ct2_float32"]["sentences_per_s"], 2),
+        "ratio_per_round": [round(r["mtkit_fp32"]["sentences_per_s"]
+                                  / r["ct2_float32"]["sentences_per_s"], 2) for r in rounds],
         "int8_speedup": round(int8["sentences_per_s"] / fp32["sentences_per_s"], 2),
         "int8_bleu_change": round(int8["bleu"] - fp32["bleu"], 2),
         "model": str(args.model),

