@@ -10,7 +10,7 @@ import torch
 
 from mtkit.config import ModelConfig
 from mtkit.loss import label_smoothed_nll
-from mtkit.model import Transformer, sinusoidal_positions
+from mtkit.model import Transformer, attention, sinusoidal_positions
 
 PAD, BOS, VOCAB = 0, 1, 23
 TINY = ModelConfig(
@@ -173,6 +173,20 @@ def test_cache_reorder_repeats_and_drops_rows():
         torch.testing.assert_close(last, reference[:, -1], atol=1e-5, rtol=0)
         with pytest.raises(ValueError, match="2 x 2 rows"):
             cache.reorder(torch.tensor([0]))
+
+
+@pytest.mark.parametrize("rows, queries", [(64, 1), (16, 5), (2, 1)])
+def test_decode_step_attention_equals_the_fused_kernel(rows, queries):
+    """attention() switches to plain matmuls for many rows of few queries (a large batch's
+    decode step); both paths must agree, with and without a padding mask."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(rows, 4, queries, 16, generator=g)
+    k, v = torch.randn(2, rows, 4, 9, 16, generator=g)
+    keep = torch.rand(rows, 1, 1, 9, generator=g) > 0.3
+    keep[:, :, :, 0] = True  # every row sees at least one position
+    for mask in (None, keep):
+        expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        torch.testing.assert_close(attention(q, k, v, mask, 0.0), expected, atol=1e-5, rtol=0)
 
 
 def test_full_cache_and_long_cache_are_errors():
