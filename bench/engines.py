@@ -2,8 +2,9 @@
 
 Beam 5 (or --beam), CPU, the same threads and 4096-token batches, Bible test set (991
 lines), tokenisation and detokenisation included. Prints, per engine, sentences/second
-(the median over --repeat interleaved rounds) and test BLEU, and the ratio of mtkit
-fp32's speed to CTranslate2 float32's, overall and per round. mtkit stops
+(the median over --repeat interleaved rounds), test BLEU and, for mtkit, the decoder
+rows summed over search steps; and the ratio of mtkit fp32's speed to CTranslate2
+float32's, overall and per round. mtkit stops
 each sentence's search by --stop (early, the default, or exact); CTranslate2 by its own
 rule, once `beam` hypotheses have finished.
 
@@ -26,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, record  # noqa: E402
 
-from mtkit import ct2  # noqa: E402
+from mtkit import ct2, search  # noqa: E402
 from mtkit.data import read_lines  # noqa: E402
 from mtkit.metrics import corpus_scores  # noqa: E402
 from mtkit.translate import DecodeOptions, Translator, load_models, quantize_int8  # noqa: E402
@@ -44,18 +45,26 @@ def measure(args: argparse.Namespace) -> dict:
                             max_tokens=4096, max_len_a=recipe.decode.max_len_a,
                             max_len_b=recipe.decode.max_len_b)
     family, kind = args.measure.split("_")
+    row_steps = [0]  # mtkit: decoder rows summed over steps, a work count free of noise
     if family == "ct2":
         engine = ct2.CTranslate2Engine(args.export_dir / kind, "cpu", args.threads)
         tokenizer = engine.tokenizer
     else:
         engine = [quantize_int8(m) for m in models] if kind == "int8" else models
+        log_probs = search._Ensemble.log_probs
+
+        def counted(self, seqs, t):
+            row_steps[0] += seqs.size(0)
+            return log_probs(self, seqs, t)
+
+        search._Ensemble.log_probs = counted
     translator = Translator(engine, tokenizer, options)
     start = time.perf_counter()
     hyps = translator.format(translator.translate(lines), 0)
     seconds = time.perf_counter() - start
     bleu = corpus_scores(hyps, [refs], ("bleu",), tgt_lang="en")[0].score
     return {"sentences_per_s": round(len(lines) / seconds, 2), "seconds": round(seconds, 2),
-            "bleu": round(bleu, 2), "lines": len(lines)}
+            "bleu": round(bleu, 2), "lines": len(lines), "decoder_row_steps": row_steps[0]}
 
 
 def measure_apart(args: argparse.Namespace, engine: str, export_dir: Path) -> dict:
@@ -93,7 +102,8 @@ def main() -> None:
     def median_speed(name: str) -> float:
         return statistics.median(r[name]["sentences_per_s"] for r in rounds)
 
-    results = {name: {"sentences_per_s": median_speed(name), "bleu": rounds[-1][name]["bleu"]}
+    results = {name: {"sentences_per_s": median_speed(name), "bleu": rounds[-1][name]["bleu"],
+                      "decoder_row_steps": rounds[-1][name]["decoder_row_steps"] or None}
                for name in ENGINES}
     fp32, int8 = results["mtkit_fp32"], results["mtkit_int8"]
     record("engines", {

@@ -362,8 +362,8 @@ def _sentence_done(finished: _Finished, logprob: Tensor, caps: Tensor, t: int, l
       the bound, which cannot beat the n-best we hold.
     * early: expected = would, if it ended at the next step (t+2 terms). Exact for lenpen
       0, where longer can only be worse. With lenpen > 0 a beam that goes on with likely
-      tokens raises its per-term score; the exact rule waits for those, which costs about
-      a third more decoder work on the Bible test set for +0.2 BLEU.
+      tokens raises its per-term score; the exact rule waits for those, which cost 30%
+      more decoder row-steps on the Bible test set for +0.27 BLEU (README, "Stopping rules").
     """
     worst = finished.score[:, -1]  # -inf until `nbest` hypotheses have finished
     best_live = logprob.max(dim=1).values
