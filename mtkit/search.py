@@ -15,6 +15,8 @@ Conventions shared by both searches:
   (which is what beam_search reports with lenpen=0).
 * Ensembles average the models' log-probabilities (log_softmax in fp32, mean over models).
 * PAD and BOS are never produced.
+* Beam search ends a sentence by one of two rules, `stop` = early or exact
+  (`_sentence_done`); greedy ends it at EOS or at the cap.
 
 Cost: each model encodes the batch once; with use_cache every step runs one new position
 per row; finished sentences leave the batch, so no work is spent on them; the one
