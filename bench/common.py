@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -13,6 +14,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BIBLE = HERE.parent.parent / "shared" / "data" / "bible-es-en"
 WORK = HERE / "work"  # cached tokenizer / binarised data / models (git-ignored)
+
+
+def decoding_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every decoding benchmark takes: --model (a Bible model) and --threads."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=Path("runs/bible-es-en/model.pt"))
+    parser.add_argument("--threads", type=int, default=2)
+    return parser
 
 
 def machine() -> dict:

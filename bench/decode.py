@@ -10,7 +10,6 @@ latency of single sentences (batch of 1) for the interactive case.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BIBLE, record  # noqa: E402
+from common import BIBLE, decoding_parser, record  # noqa: E402
 
 from mtkit.data import read_lines  # noqa: E402
 from mtkit.translate import DecodeOptions, Translator, load_models  # noqa: E402
@@ -32,9 +31,7 @@ def timed(translator: Translator, lines: list[str]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path("runs/bible-es-en/model.pt"))
-    parser.add_argument("--threads", type=int, default=2)
+    parser = decoding_parser(__doc__)
     parser.add_argument("--uncached-lines", type=int, default=100)
     parser.add_argument("--latency-lines", type=int, default=50)
     args = parser.parse_args()

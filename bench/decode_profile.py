@@ -13,7 +13,6 @@ of the wall time is Python and dispatcher overhead, spent between kernels.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BIBLE, record  # noqa: E402
+from common import BIBLE, decoding_parser, record  # noqa: E402
 
 from mtkit import search  # noqa: E402
 from mtkit.data import read_lines  # noqa: E402
@@ -58,9 +57,7 @@ class Stopwatch:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path("runs/bible-es-en/model.pt"))
-    parser.add_argument("--threads", type=int, default=2)
+    parser = decoding_parser(__doc__)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--lines", type=int, default=50)
     args = parser.parse_args()

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BIBLE, record  # noqa: E402
+from common import BIBLE, decoding_parser, record  # noqa: E402
 
 from mtkit import ct2, search  # noqa: E402
 from mtkit.data import read_lines  # noqa: E402
@@ -79,9 +79,7 @@ def measure_apart(args: argparse.Namespace, engine: str, export_dir: Path) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path("runs/bible-es-en/model.pt"))
-    parser.add_argument("--threads", type=int, default=2)
+    parser = decoding_parser(__doc__)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--stop", choices=("early", "exact"), default="early")
     parser.add_argument("--repeat", type=int, default=1,

@@ -232,6 +232,7 @@ def translate(
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output)."""
     from .runtime import resolve_device, set_threads
+    from .search import STOP_RULES
     from .translate import DecodeOptions, Translator, translate_stream
 
     set_threads(threads)
@@ -250,9 +251,9 @@ def translate(
     )
     if options.beam < 1 or options.nbest < 1 or options.nbest > options.beam:
         raise ConfigError("--nbest must be between 1 and --beam, and --beam at least 1")
-    if options.stop not in ("early", "exact"):
-        raise ConfigError(f"--stop {options.stop}: expected early or exact")
-    if options.stop == "exact" and not isinstance(backend, list):
+    if options.stop not in STOP_RULES:
+        raise ConfigError(f"--stop {options.stop}: expected {' or '.join(STOP_RULES)}")
+    if options.stop == "exact" and not isinstance(backend, list):  # a CTranslate2 engine
         if stop is not None:
             raise ConfigError("--stop exact: CTranslate2 always stops early; use --engine torch")
         log.warning("CTranslate2 stops early: the recipe's decode.stop exact does not apply")

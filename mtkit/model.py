@@ -90,7 +90,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, dropout: flo
                                               is_causal=causal)
     scores = q @ k.transpose(-1, -2) * q.size(-1) ** -0.5  # (B, H, Tq, Tk)
     if keep is not None:
-        scores = scores.masked_fill(~keep, NEG_INF)
+        scores = torch.where(keep, scores, NEG_INF)
     return scores.softmax(dim=-1) @ v  # (B, H, Tq, dh)
 
 

@@ -38,6 +38,8 @@ PAD, BOS, EOS = 0, 2, 3
 
 NEG_INF = float("-inf")
 
+STOP_RULES = ("early", "exact")  # how beam search may end a sentence: see _sentence_done
+
 
 @dataclass
 class Hypothesis:
@@ -400,8 +402,8 @@ def beam_search(
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
-    if stop not in ("early", "exact"):
-        raise ValueError(f"stop must be 'early' or 'exact', got {stop!r}")
+    if stop not in STOP_RULES:
+        raise ValueError(f"stop must be one of {STOP_RULES}, got {stop!r}")
     batch = src.size(0)
     if batch == 0:
         return []
