@@ -39,7 +39,7 @@ def train_step(data: Path, prefix: Path, vocab_size: int) -> dict:
 
 
 def measure_step(model: Path, data: Path, out: Path, workers: int) -> dict:
-    from mtkit.data import binarize
+    from mtkit.binarize import binarize
     from mtkit.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_files(model)
@@ -50,7 +50,7 @@ def measure_step(model: Path, data: Path, out: Path, workers: int) -> dict:
     seconds = time.perf_counter() - start
     # ru_maxrss is in KiB on Linux; for children it is the largest single (worker) child
     return {
-        "lines": sum(s["lines"] for s in manifest["splits"].values()),
+        "lines": sum(split.lines for split in manifest.splits.values()),
         "seconds": seconds,
         "before_mb": before_mb,
         "main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

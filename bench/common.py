@@ -60,7 +60,8 @@ def record(figure: str, values: dict, script: str) -> dict:
 def bible_run(vocab_size: int = 8000) -> tuple[Path, object]:
     """A joint SentencePiece model and binarised train/valid data of the Bible corpus,
     built once under bench/work/ and reused; returns (data dir, tokenizer)."""
-    from mtkit.data import binarize, load_manifest
+    from mtkit.binarize import binarize
+    from mtkit.manifest import load_manifest
     from mtkit.tokenizer import Tokenizer, train_sentencepiece
 
     WORK.mkdir(exist_ok=True)

@@ -10,6 +10,7 @@ latency of single sentences (batch of 1) for the interactive case.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 import time
@@ -20,13 +21,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, decoding_parser, record  # noqa: E402
 
-from mtkit.data import read_lines  # noqa: E402
-from mtkit.translate import DecodeOptions, Translator, load_models  # noqa: E402
+from mtkit.engine import TorchEngine  # noqa: E402
+from mtkit.textio import read_lines  # noqa: E402
+from mtkit.translate import Translator  # noqa: E402
 
 
 def timed(translator: Translator, lines: list[str]) -> float:
     start = time.perf_counter()
-    translator.format(translator.translate(lines), 0)
+    translator.translate(lines)
     return time.perf_counter() - start
 
 
@@ -37,26 +39,27 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
-    models, tokenizer, recipe = load_models([args.model], device)
+    engine = TorchEngine.load([args.model], device)
+    uncached_engine = TorchEngine(engine.models, engine.tokenizer, engine.recipe, device,
+                                  use_cache=False)
+    recipe = engine.recipe
     lines = list(read_lines(BIBLE / "test.es"))
     shape = {k: getattr(recipe.model, k) for k in ("enc_layers", "dec_layers", "d_model",
                                                     "heads", "ffn_dim")}
 
     for beam in (1, 5):
-        options = DecodeOptions(beam=beam, lenpen=recipe.decode.lenpen, max_tokens=4096)
-        translator = Translator(models, tokenizer, options, device)
+        settings = dataclasses.replace(recipe.decode, beam=beam, nbest=1)
+        translator = Translator(engine, settings, max_tokens=4096)
         seconds = timed(translator, lines)
         tokens = translator.stats.tokens
         subset = lines[: args.uncached_lines]
-        cached = timed(Translator(models, tokenizer, options, device), subset)
-        uncached_options = DecodeOptions(beam=beam, lenpen=recipe.decode.lenpen,
-                                          max_tokens=4096, use_cache=False)
-        uncached = timed(Translator(models, tokenizer, uncached_options, device), subset)
-        single = Translator(models, tokenizer, options, device)
+        cached = timed(Translator(engine, settings, max_tokens=4096), subset)
+        uncached = timed(Translator(uncached_engine, settings, max_tokens=4096), subset)
+        single = Translator(engine, settings, max_tokens=4096)
         latencies = []
         for line in lines[: args.latency_lines]:
             start = time.perf_counter()
-            single.format(single.translate([line]), 0)
+            single.translate([line])
             latencies.append(1000 * (time.perf_counter() - start))
         record("decode", {
             "search": "greedy" if beam == 1 else f"beam {beam}",

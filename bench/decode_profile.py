@@ -13,6 +13,7 @@ of the wall time is Python and dispatcher overhead, spent between kernels.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -24,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, decoding_parser, record  # noqa: E402
 
 from mtkit import search  # noqa: E402
-from mtkit.data import read_lines  # noqa: E402
-from mtkit.translate import DecodeOptions, Translator, load_models  # noqa: E402
+from mtkit.engine import TorchEngine  # noqa: E402
+from mtkit.textio import read_lines  # noqa: E402
+from mtkit.translate import Translator  # noqa: E402
 
 
 class Stopwatch:
@@ -63,10 +65,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
-    models, tokenizer, recipe = load_models([args.model], device)
+    engine = TorchEngine.load([args.model], device)
+    models = engine.models
     lines = list(read_lines(BIBLE / "test.es"))[: args.lines]
-    options = DecodeOptions(beam=args.beam, lenpen=recipe.decode.lenpen, max_tokens=4096)
-    translator = Translator(models, tokenizer, options, device)
+    settings = dataclasses.replace(engine.recipe.decode, beam=args.beam, nbest=1)
+    translator = Translator(engine, settings, max_tokens=4096)
     translator.translate(lines[:2])  # warm-up: first-call allocations
 
     with Stopwatch(models[0], "encode") as encoder, \
@@ -74,14 +77,14 @@ def main() -> None:
         tokens_before = translator.stats.tokens
         start = time.perf_counter()
         for line in lines:
-            translator.format(translator.translate([line]), 0)
+            translator.translate([line])
         wall = time.perf_counter() - start
     tokens = translator.stats.tokens - tokens_before
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         profiled_start = time.perf_counter()
         for line in lines:
-            translator.format(translator.translate([line]), 0)
+            translator.translate([line])
         profiled_wall = time.perf_counter() - profiled_start
     events = prof.key_averages()
     # Self time of top-level aten ops (children are inside their parents' totals).

@@ -14,6 +14,7 @@ rule, once `beam` hypotheses have finished.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -28,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, decoding_parser, record  # noqa: E402
 
 from mtkit import ct2, search  # noqa: E402
-from mtkit.data import read_lines  # noqa: E402
+from mtkit.engine import TorchEngine  # noqa: E402
 from mtkit.metrics import corpus_scores  # noqa: E402
-from mtkit.translate import DecodeOptions, Translator, load_models, quantize_int8  # noqa: E402
+from mtkit.textio import read_lines  # noqa: E402
+from mtkit.translate import Translator  # noqa: E402
 
 ENGINES = ("mtkit_fp32", "mtkit_int8", "ct2_float32", "ct2_int8")
 
@@ -40,17 +42,13 @@ def measure(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     lines = list(read_lines(BIBLE / "test.es"))
     refs = list(read_lines(BIBLE / "test.en"))
-    models, tokenizer, recipe = load_models([args.model], torch.device("cpu"))
-    options = DecodeOptions(beam=args.beam, lenpen=recipe.decode.lenpen, stop=args.stop,
-                            max_tokens=4096, max_len_a=recipe.decode.max_len_a,
-                            max_len_b=recipe.decode.max_len_b)
     family, kind = args.measure.split("_")
     row_steps = [0]  # mtkit: decoder rows summed over steps, a work count free of noise
     if family == "ct2":
         engine = ct2.CTranslate2Engine(args.export_dir / kind, "cpu", args.threads)
-        tokenizer = engine.tokenizer
     else:
-        engine = [quantize_int8(m) for m in models] if kind == "int8" else models
+        quantize = "int8" if kind == "int8" else "none"
+        engine = TorchEngine.load([args.model], "cpu", quantize=quantize)
         log_probs = search._Ensemble.log_probs
 
         def counted(self, seqs, t):
@@ -58,9 +56,10 @@ def measure(args: argparse.Namespace) -> dict:
             return log_probs(self, seqs, t)
 
         search._Ensemble.log_probs = counted
-    translator = Translator(engine, tokenizer, options)
+    settings = dataclasses.replace(engine.recipe.decode, beam=args.beam, stop=args.stop, nbest=1)
+    translator = Translator(engine, settings, max_tokens=4096)
     start = time.perf_counter()
-    hyps = translator.format(translator.translate(lines), 0)
+    hyps = translator.translate(lines)
     seconds = time.perf_counter() - start
     bleu = corpus_scores(hyps, [refs], ("bleu",), tgt_lang="en")[0].score
     return {"sentences_per_s": round(len(lines) / seconds, 2), "seconds": round(seconds, 2),

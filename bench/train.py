@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import bible_run, record  # noqa: E402
 
 from mtkit.config import recipe_from_dict  # noqa: E402
-from mtkit.train import Trainer, _Meter  # noqa: E402
+from mtkit.run import TrainMeter  # noqa: E402
+from mtkit.train import Trainer  # noqa: E402
 
 SHAPE = {"enc_layers": 3, "dec_layers": 3, "d_model": 256, "heads": 4, "ffn_dim": 1024,
          "dropout": 0.2, "norm": "pre", "tie_embeddings": "all"}
@@ -65,7 +66,7 @@ def run(precision: str, compile: bool, steps: int, warmup: int, data: Path,
     recipe = recipe_from_dict(raw, name="bench")
     trainer = Trainer(recipe, Path("/tmp/mtkit-bench-train"), tokenizer, data, {}, "cpu")
     batches = iter(trainer.sampler)
-    meter = _Meter()
+    meter = TrainMeter()
     tokens = flops = 0.0
     start = None
     for step in range(warmup + steps):

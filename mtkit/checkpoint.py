@@ -1,99 +1,146 @@
-"""Model bundles on disk: atomic save, safe load, streaming average.
+"""Model bundles on disk: the `Bundle` dataclass, safe load, atomic save, streaming average.
 
 A checkpoint is self-contained: the weights, the resolved recipe, the SentencePiece
 model(s) as bytes, the fingerprints of the training data, and (for resumable
 checkpoints) the full training state. `mtkit translate -m FILE` needs nothing else.
 
-Files are loaded with `torch.load(weights_only=True)`, which refuses anything that
-could run code, and written atomically: a crash mid-write never leaves a half file
-under the real name.
+In memory a bundle is a `Bundle`, its recipe a parsed `Recipe` (parsed once, here); the
+plain dict that torch.save writes exists only in `to_dict` / `from_dict`. Files are loaded
+with `torch.load(weights_only=True)`, which refuses anything that could run code, and
+written atomically (atomic.py): a crash mid-write never leaves a half file.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import pickle
-import tempfile
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import __version__
+from .atomic import atomic_write
+from .config import Recipe, recipe_from_dict
 from .errors import CheckpointError
+from .model import Transformer
+from .tokenizer import PAD_ID, Tokenizer
 
 FORMAT = "mtkit-checkpoint"
 FORMAT_VERSION = 1
 
 
-def make_bundle(
-    model_state: dict[str, torch.Tensor],
-    recipe: dict[str, Any],
-    spm_src: bytes,
-    spm_tgt: bytes | None,
-    data_fingerprints: dict[str, str],
-    train_state: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    bundle = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "mtkit_version": __version__,
-        "recipe": recipe,
-        "model": model_state,
-        "spm_src": spm_src,
-        "spm_tgt": spm_tgt,
-        "data_fingerprints": data_fingerprints,
-    }
-    if train_state is not None:
-        bundle["train_state"] = train_state
-    return bundle
+@dataclass
+class Progress:
+    """Everything besides weights and optimiser that a resumed run needs."""
+
+    step: int = 0
+    epoch: int = 1
+    elapsed: float = 0.0  # training wall clock, summed over all resumed runs
+    best_score: float | None = None
+    best_step: int = 0
+    validations_without_improvement: int = 0
+    top: list[tuple[float, int]] = field(default_factory=list)  # (score, step), best first
+    sampler: dict[str, int] = field(default_factory=dict)
+    finished: str = ""  # why training stopped; empty while it can go on
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Progress:
+        known = {f.name for f in dataclasses.fields(cls)}  # older files may lack new fields
+        progress = cls(**{k: v for k, v in raw.items() if k in known})
+        progress.top = [(float(score), int(step)) for score, step in progress.top]
+        return progress
 
 
-def atomic_write(path: Path, write: Any) -> None:
-    """Call write(file) on a temporary file next to `path`, fsync it, then rename it over.
+@dataclass
+class TrainState:
+    """What a resumable checkpoint adds to a model bundle."""
 
-    On any error (disk full, read-only directory) the temporary file is removed and the
-    previous file under `path` is left as it was.
-    """
-    path = Path(path)
-    tmp_name = None
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp_name, path)
-        tmp_name = None
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        raise CheckpointError(
-            f"{path}: cannot write ({exc.strerror or exc}); the previous file, if any, is intact"
-        ) from None
-    finally:
-        if tmp_name is not None and os.path.exists(tmp_name):
-            os.unlink(tmp_name)
+    optimizer: dict[str, Any]  # torch's optimizer state_dict, in torch's own format
+    progress: Progress
+    rng: dict[str, Any]  # generator states: python, torch (and cuda)
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+@dataclass
+class Bundle:
+    weights: dict[str, torch.Tensor]  # the model's state_dict
+    recipe: Recipe
+    spm_src: bytes
+    spm_tgt: bytes | None  # None: one joint model (spm_src) serves both sides
+    data_fingerprints: dict[str, str]  # tokenizer and training files (manifest.py)
+    train_state: TrainState | None = None
+    averaged_from: list[str] = field(default_factory=list)
+    mtkit_version: str = __version__
+
+    def tokenizer(self) -> Tokenizer:
+        return Tokenizer.from_bytes(self.spm_src, self.spm_tgt)
+
+    def model(self, tokenizer: Tokenizer | None = None, where: str = "model") -> Transformer:
+        """The Transformer this bundle describes, with its weights, in eval mode (CPU)."""
+        tokenizer = tokenizer or self.tokenizer()
+        model = Transformer(self.recipe.model, tokenizer.src_vocab_size,
+                            tokenizer.tgt_vocab_size, PAD_ID)
+        try:
+            model.load_state_dict(self.weights)
+        except RuntimeError:
+            raise CheckpointError(f"{where}: weights do not match the model it describes") from None
+        return model.eval()
+
+    def same_vocabulary(self, other: Bundle) -> bool:
+        return (self.spm_src, self.spm_tgt) == (other.spm_src, other.spm_tgt)
+
+    def without_train_state(self) -> Bundle:
+        return dataclasses.replace(self, train_state=None)
+
+    # ----------------------------------------------------------------- the file boundary
+
+    def to_dict(self) -> dict[str, Any]:
+        raw: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "mtkit_version": self.mtkit_version,
+            "recipe": self.recipe.to_dict(),
+            "model": self.weights,
+            "spm_src": self.spm_src,
+            "spm_tgt": self.spm_tgt,
+            "data_fingerprints": self.data_fingerprints,
+        }
+        if self.train_state is not None:
+            state = self.train_state
+            raw["train_state"] = {"optimizer": state.optimizer,
+                                  "progress": dataclasses.asdict(state.progress),
+                                  "rng": state.rng}
+        if self.averaged_from:
+            raw["averaged_from"] = list(self.averaged_from)
+        return raw
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], where: str) -> Bundle:
+        try:
+            state = raw.get("train_state")
+            return cls(
+                weights=raw["model"],
+                recipe=recipe_from_dict(raw["recipe"], where=where),
+                spm_src=raw["spm_src"],
+                spm_tgt=raw["spm_tgt"],
+                data_fingerprints=dict(raw.get("data_fingerprints", {})),
+                train_state=None if state is None else TrainState(
+                    state["optimizer"], Progress.from_dict(state["progress"]), state["rng"]),
+                averaged_from=list(raw.get("averaged_from", [])),
+                mtkit_version=str(raw.get("mtkit_version", "")),
+            )
+        except (KeyError, TypeError):
+            raise CheckpointError(f"{where}: incomplete mtkit checkpoint; train it again") from None
 
 
-def save_checkpoint(path: Path, bundle: dict[str, Any]) -> None:
-    atomic_write(path, lambda file: torch.save(bundle, file))
+def save_checkpoint(path: Path, bundle: Bundle) -> None:
+    raw = bundle.to_dict()
+    atomic_write(Path(path), lambda file: torch.save(raw, file))
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
+def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Bundle:
     """Load and check a bundle; every failure is one CheckpointError line."""
     path = Path(path)
     if not path.is_file():
@@ -105,70 +152,61 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path}: truncated or corrupt checkpoint (incomplete zip archive)")
     try:
-        bundle = torch.load(path, map_location=map_location, weights_only=True)
+        raw = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         first = next((line for line in lines if "Unsupported" in line), lines[0] if lines else "")
-        first = first[:120]
         raise CheckpointError(
-            f"{path}: refused: the file holds pickled objects that could run code ({first}); "
-            "mtkit loads only plain tensors and values"
+            f"{path}: refused: the file holds pickled objects that could run code "
+            f"({first[:120]}); mtkit loads only plain tensors and values"
         ) from None
     except Exception as exc:  # noqa: BLE001 - a damaged file fails in many ways inside torch
         raise CheckpointError(
             f"{path}: truncated or corrupt checkpoint ({type(exc).__name__})"
         ) from None
-    if not isinstance(bundle, dict) or bundle.get("format") != FORMAT:
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an mtkit checkpoint (no mtkit format marker)")
-    version = bundle.get("format_version")
+    version = raw.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(
             f"{path}: written by a newer mtkit (format {version}, this mtkit {__version__} "
             f"reads up to {FORMAT_VERSION}); upgrade mtkit"
         )
-    return bundle
+    return Bundle.from_dict(raw, where=str(path))
 
 
-def without_train_state(bundle: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in bundle.items() if k != "train_state"}
-
-
-def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
+def average_checkpoints(paths: list[Path]) -> Bundle:
     """Element-wise mean of the weights; keeps the first bundle's tokenizer and recipe.
 
     Streams: one checkpoint besides the running sum is in memory at a time.
     """
     if not paths:
         raise CheckpointError("average: no checkpoints given")
-    first = without_train_state(load_checkpoint(paths[0]))
-    total = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
+    first = load_checkpoint(paths[0]).without_train_state()
+    total = {k: v.double() if v.is_floating_point() else v for k, v in first.weights.items()}
     for path in paths[1:]:
         other = load_checkpoint(path)
         _check_compatible(paths[0], first, path, other)
-        for key, value in other["model"].items():
+        for key, value in other.weights.items():
             if value.is_floating_point():
                 total[key] += value.double()
     averaged = {}
     for key, value in total.items():
-        dtype = first["model"][key].dtype
+        dtype = first.weights[key].dtype
         averaged[key] = (value / len(paths)).to(dtype) if value.is_floating_point() else value
-    first["model"] = averaged
-    first["averaged_from"] = [str(p) for p in paths]
-    return first
+    return dataclasses.replace(first, weights=averaged, averaged_from=[str(p) for p in paths])
 
 
-def _check_compatible(path_a: Path, a: dict, path_b: Path, b: dict) -> None:
-    if a["recipe"]["model"] != b["recipe"]["model"]:
+def _check_compatible(path_a: Path, a: Bundle, path_b: Path, b: Bundle) -> None:
+    advice = "average only checkpoints of one training run"
+    if a.recipe.model != b.recipe.model:
         raise CheckpointError(
-            f"average: {path_b} has a different model architecture than {path_a}; "
-            "average only checkpoints of one training run"
+            f"average: {path_b} has a different model architecture than {path_a}; {advice}"
         )
-    if a["spm_src"] != b["spm_src"] or a["spm_tgt"] != b["spm_tgt"]:
-        raise CheckpointError(
-            f"average: {path_b} uses a different vocabulary than {path_a}; "
-            "average only checkpoints of one training run"
-        )
-    shapes_a = {k: tuple(v.shape) for k, v in a["model"].items()}
-    shapes_b = {k: tuple(v.shape) for k, v in b["model"].items()}
+    if not a.same_vocabulary(b):
+        raise CheckpointError(f"average: {path_b} uses a different vocabulary than {path_a}; "
+                              f"{advice}")
+    shapes_a = {k: tuple(v.shape) for k, v in a.weights.items()}
+    shapes_b = {k: tuple(v.shape) for k, v in b.weights.items()}
     if shapes_a != shapes_b:
         raise CheckpointError(f"average: {path_b} has different weight shapes than {path_a}")

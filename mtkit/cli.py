@@ -131,12 +131,15 @@ def binarize(
     max_ratio: float = typer.Option(3.0, "--max-ratio", help="Drop pairs with a larger ratio."),
 ) -> None:
     """Encode parallel text into memory-mapped token arrays."""
-    from .data import binarize as binarize_files
+    from .binarize import binarize as binarize_files
     from .pipeline import binarize_recipe
-    from .tokenizer import Tokenizer
+    from .run import RunPaths
+    from .tokenizer import Tokenizer, load_recipe_tokenizer
 
     if recipe is not None:
-        binarize_recipe(_recipe(recipe, overrides), _run_dir(recipe, run_dir), workers)
+        loaded, paths = _recipe(recipe, overrides), RunPaths(_run_dir(recipe, run_dir))
+        tok = load_recipe_tokenizer(paths.tokenizer, loaded.tokenizer.joint)
+        binarize_recipe(loaded, paths, tok, workers)
         return
     if tokenizer is None or src is None or tgt is None or out is None:
         raise ConfigError("binarize: give a recipe, or --tokenizer, --src, --tgt and --out")
@@ -183,7 +186,7 @@ def average(
 ) -> None:
     """Average the weights of several checkpoints into one model."""
     from .checkpoint import average_checkpoints, save_checkpoint
-    from .train import RunPaths
+    from .run import RunPaths
 
     paths = list(checkpoints or [])
     if last and best:
@@ -213,7 +216,7 @@ def translate(
         None, "--stop", help="When beam search ends a sentence: early (no live hypothesis "
         "would beat the n-best by ending next) or exact (none could, at any length)."
     ),
-    nbest: int = typer.Option(1, "--nbest", help="Hypotheses per input (TSV when > 1)."),
+    nbest: int | None = typer.Option(None, "--nbest", help="Hypotheses per input (TSV when > 1)."),
     max_len_a: float | None = typer.Option(None, "--max-len-a"),
     max_len_b: int | None = typer.Option(None, "--max-len-b"),
     max_tokens: int = typer.Option(4096, "--max-tokens", help="Source tokens per batch."),
@@ -231,70 +234,24 @@ def translate(
     ),
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output)."""
-    from .runtime import resolve_device, set_threads
-    from .search import STOP_RULES
-    from .translate import DecodeOptions, Translator, translate_stream
+    from .atomic import atomic_write
+    from .translate import OPTION_NAMES, Translator, translate_stream
 
-    set_threads(threads)
-    torch_device = resolve_device(device)
-    backend, tokenizer, recipe = _engine(models, engine, quantize, torch_device, threads)
-    d = recipe.decode
-    options = DecodeOptions(
-        beam=beam if beam is not None else d.beam,
-        lenpen=lenpen if lenpen is not None else d.lenpen,
-        stop=stop if stop is not None else d.stop,
-        nbest=nbest,
-        max_len_a=max_len_a if max_len_a is not None else d.max_len_a,
-        max_len_b=max_len_b if max_len_b is not None else d.max_len_b,
-        max_tokens=max_tokens,
-        scores=scores,
+    translator = Translator.load(
+        models, device=device, threads=threads, quantize=quantize, engine=engine,
+        max_tokens=max_tokens, option_names=OPTION_NAMES, beam=beam, lenpen=lenpen, stop=stop,
+        nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b,
     )
-    if options.beam < 1 or options.nbest < 1 or options.nbest > options.beam:
-        raise ConfigError("--nbest must be between 1 and --beam, and --beam at least 1")
-    if options.stop not in STOP_RULES:
-        raise ConfigError(f"--stop {options.stop}: expected {' or '.join(STOP_RULES)}")
-    if options.stop == "exact" and not isinstance(backend, list):  # a CTranslate2 engine
-        if stop is not None:
-            raise ConfigError("--stop exact: CTranslate2 always stops early; use --engine torch")
-        log.warning("CTranslate2 stops early: the recipe's decode.stop exact does not apply")
-    translator = Translator(backend, tokenizer, options, torch_device)
     in_fd = _open_input(input_file)
     if output_file is not None:
-        from .checkpoint import atomic_write
-
-        atomic_write(output_file, lambda f: translate_stream(translator, in_fd, f))
+        atomic_write(output_file, lambda f: translate_stream(translator, in_fd, f, scores=scores))
     else:
         try:
-            translate_stream(translator, in_fd, sys.stdout.buffer)
+            translate_stream(translator, in_fd, sys.stdout.buffer, scores=scores)
         except BrokenPipeError:
             _quiet_broken_pipe()
     if not quiet:
         sys.stderr.write(translator.stats.summary() + "\n")
-
-
-def _engine(models: list[Path], engine: str, quantize: str, device, threads: int):
-    """The decoding engine for `translate`: mtkit's models, or a CTranslate2 export."""
-    from . import ct2
-    from .translate import load_models, quantize_int8
-
-    if engine not in ("auto", "torch", "ctranslate2"):
-        raise ConfigError(f"--engine {engine}: expected auto, torch or ctranslate2")
-    if quantize not in ("none", "int8"):
-        raise ConfigError(f"--quantize {quantize}: expected none or int8")
-    exported = [ct2.is_exported_model(m) for m in models]
-    if engine == "ctranslate2" or (engine == "auto" and any(exported)):
-        if len(models) != 1 or not exported[0]:
-            raise ConfigError(
-                "--engine ctranslate2 takes one directory written by `mtkit export`"
-            )
-        backend = ct2.CTranslate2Engine(models[0], device.type, threads)
-        return backend, backend.tokenizer, backend.recipe
-    if quantize == "int8" and device.type != "cpu":
-        raise ConfigError("--quantize int8 runs on the CPU; use --device cpu")
-    loaded, tokenizer, recipe = load_models(models, device)
-    if quantize == "int8":
-        loaded = [quantize_int8(model) for model in loaded]
-    return loaded, tokenizer, recipe
 
 
 @app.command()
@@ -344,8 +301,8 @@ def score(
     ),
 ) -> None:
     """Score hypotheses against references with sacrebleu (BLEU, chrF, TER)."""
-    from .data import read_lines
     from .metrics import compare_systems, corpus_scores
+    from .textio import read_lines
 
     names = tuple(m.strip().lower() for m in metrics.split(",") if m.strip())
     for name in names:

@@ -2,6 +2,19 @@
 
 Code below this module receives plain typed values. Every error names the file,
 the dotted key and what is wrong, in one line.
+
+The loader walks the dataclass types and knows no key by name. What a field needs
+beyond its type is declared beside it:
+
+- `metadata=between(low, high)`: the range of a number (or of each item of a tuple);
+- `metadata={"parse": f}`: `f` reads the raw value before type checking (durations);
+- a field typed by a class with a `parse` classmethod (e.g. `Average`) is read from one
+  YAML scalar by calling it, and written back with `str()`;
+- a section's `old_keys` class variable maps keys of earlier versions to today's;
+- a section's `check()` method holds the rules between its fields (`Recipe.check`
+  those between sections); it raises ValueError naming the dotted keys.
+
+`replace_checked` applies command-line options to a section with the same checks.
 """
 
 from __future__ import annotations
@@ -12,13 +25,58 @@ import os
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 
 from .errors import ConfigError
+
+
+def between(low: float | None, high: float | None = None) -> dict[str, Any]:
+    """Field metadata: the inclusive range of a number; None = unbounded.
+
+    Every number declares one (a test checks it): `between(None)` says "any value" on purpose.
+    """
+    return {"range": (low, high)}
+
+
+_AVERAGE = re.compile(r"(best|last)-([1-9]\d*)|none")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | int | float) -> float:
+    """'90m' -> 5400.0; plain numbers are seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ValueError(f"expected seconds or a duration like 90m or 2h, got {text!r}")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class Average:
+    """Which checkpoints model.pt averages; written "last-5", "best-3" or "none"."""
+
+    kind: Literal["last", "best", "none"]
+    k: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> Average:
+        match = _AVERAGE.fullmatch(text) if isinstance(text, str) else None
+        if not match:
+            raise ValueError(f"expected best-K, last-K (K >= 1) or none, got {text!r}")
+        return cls(match[1], int(match[2])) if match[1] else cls("none")
+
+    def __str__(self) -> str:
+        return "none" if self.kind == "none" else f"{self.kind}-{self.k}"
+
+
+# --------------------------------------------------------------------------- the sections
 
 
 @dataclass(frozen=True)
@@ -41,90 +99,110 @@ class DataConfig:
     valid: Pair | None = None
     test: tuple[Pair, ...] = ()
     langs: Langs = Langs()
-    max_len: int = 256  # training pairs longer than this (in tokens, either side) are dropped
-    max_ratio: float = 3.0  # training pairs whose token-length ratio exceeds this are dropped
+    # training pairs longer than this (in tokens, either side) are dropped
+    max_len: int = field(default=256, metadata=between(1))
+    # training pairs whose token-length ratio exceeds this are dropped
+    max_ratio: float = field(default=3.0, metadata=between(1.0))
 
 
 @dataclass(frozen=True)
 class TokenizerConfig:
     model_type: Literal["unigram", "bpe"] = "unigram"
-    vocab_size: int = 8000
+    vocab_size: int = field(default=8000, metadata=between(8, 1_000_000))
     joint: bool = True  # one model for both languages (needed for tie_embeddings: all)
-    character_coverage: float = 0.9995
-    input_sentence_size: int = 1_000_000  # lines sampled for training; 0 = all
-    seed: int = 1
+    character_coverage: float = field(default=0.9995, metadata=between(0.9, 1.0))
+    # lines sampled for training; 0 = all
+    input_sentence_size: int = field(default=1_000_000, metadata=between(0))
+    seed: int = field(default=1, metadata=between(None))
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    enc_layers: int = 6
-    dec_layers: int = 6
-    d_model: int = 512
-    heads: int = 8
-    ffn_dim: int = 2048
-    dropout: float = 0.1
-    attn_dropout: float = 0.0
+    enc_layers: int = field(default=6, metadata=between(1, 64))
+    dec_layers: int = field(default=6, metadata=between(1, 64))
+    d_model: int = field(default=512, metadata=between(2, 65536))
+    heads: int = field(default=8, metadata=between(1, 1024))
+    ffn_dim: int = field(default=2048, metadata=between(1))
+    dropout: float = field(default=0.1, metadata=between(0.0, 0.99))
+    attn_dropout: float = field(default=0.0, metadata=between(0.0, 0.99))
     activation: Literal["relu", "swiglu"] = "relu"
     norm: Literal["pre", "post"] = "pre"
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     tie_embeddings: Literal["all", "decoder", "none"] = "all"
-    max_positions: int = 1024
+    max_positions: int = field(default=1024, metadata=between(8, 1_000_000))
+
+    def check(self) -> None:
+        # attention splits d_model into `heads` equal parts (so d_model is even too)
+        if self.d_model % self.heads:
+            raise ValueError(
+                f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})"
+            )
+        if (self.d_model // self.heads) % 2:
+            raise ValueError("model.d_model / model.heads must be even")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    max_tokens: int = 4096
-    update_freq: int = 1
-    lr: float = 5e-4
-    warmup_steps: int = 4000
-    label_smoothing: float = 0.1
-    adam_betas: tuple[float, float] = (0.9, 0.98)
-    adam_eps: float = 1e-8
-    weight_decay: float = 0.0
-    clip_norm: float = 0.0
-    max_steps: int = 0  # 0 = no limit
-    max_epochs: int = 0  # 0 = no limit
-    max_time: float = 0.0  # seconds of training wall clock; 0 = no limit ("90m", "2h" accepted)
-    seed: int = 1
-    log_every: int = 50
-    save_every: int = 1000
-    keep_last: int = 5
-    valid_every: int = 1000
-    valid_bleu_lines: int = 500  # 0 = no BLEU during validation
+    max_tokens: int = field(default=4096, metadata=between(16))
+    update_freq: int = field(default=1, metadata=between(1))
+    lr: float = field(default=5e-4, metadata=between(0.0, 10.0))
+    warmup_steps: int = field(default=4000, metadata=between(0))
+    label_smoothing: float = field(default=0.1, metadata=between(0.0, 0.99))
+    adam_betas: tuple[float, float] = field(default=(0.9, 0.98), metadata=between(None))
+    adam_eps: float = field(default=1e-8, metadata=between(0.0, 1.0))
+    weight_decay: float = field(default=0.0, metadata=between(0.0))
+    clip_norm: float = field(default=0.0, metadata=between(0.0))
+    max_steps: int = field(default=0, metadata=between(0))  # 0 = no limit
+    max_epochs: int = field(default=0, metadata=between(0))  # 0 = no limit
+    # seconds of training wall clock; 0 = no limit ("90m", "2h" accepted)
+    max_time: float = field(default=0.0, metadata={"parse": parse_duration, **between(0)})
+    seed: int = field(default=1, metadata=between(None))
+    log_every: int = field(default=50, metadata=between(1))
+    save_every: int = field(default=1000, metadata=between(1))
+    keep_last: int = field(default=5, metadata=between(0))
+    valid_every: int = field(default=1000, metadata=between(1))
+    valid_bleu_lines: int = field(default=500, metadata=between(0))  # 0 = no BLEU in validation
     best_metric: Literal["bleu", "loss"] = "bleu"
-    patience: int = 0  # validations without improvement before stopping; 0 = never
+    # validations without improvement before stopping; 0 = never
+    patience: int = field(default=0, metadata=between(0))
     # model.pt: "last-K" step checkpoints, "best-K" by dev score (kept on disk for it)
     # or "none" (checkpoint_best.pt); an average is kept only if it beats the best on dev
-    average: str = "last-5"
+    average: Average = Average("last", 5)
     precision: Literal["fp32", "bf16"] = "fp32"
     compile: bool = False  # torch.compile the training forward/backward
-    threads: int = 0  # CPU threads for torch; 0 = torch's default
-    max_bad_steps: int = 5  # consecutive non-finite losses before training stops
+    threads: int = field(default=0, metadata=between(0, 1024))  # 0 = torch's default
+    # consecutive non-finite losses before training stops
+    max_bad_steps: int = field(default=5, metadata=between(1))
 
-    @property
-    def average_kind(self) -> str:
-        """'last', 'best' or 'none' (train.average is validated when the recipe loads)."""
-        return self.average.partition("-")[0]
-
-    @property
-    def average_k(self) -> int:
-        return int(self.average.partition("-")[2] or 0)
+    # keys of earlier versions, which models on disk still carry in their recipe:
+    # old key -> (today's key, converter of the old value)
+    old_keys: ClassVar[dict[str, tuple[str, Callable[[Any], Any]]]] = {
+        "average_last": ("average", lambda k: "none" if k in (0, 1) else f"last-{k}"),
+    }
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    beam: int = 5
-    lenpen: float = 1.0
+    beam: int = field(default=5, metadata=between(1, 1000))
+    lenpen: float = field(default=1.0, metadata=between(0.0, 10.0))
     # when a sentence's beam search ends, once the n-best has finished: early = when no
     # live hypothesis would beat it by ending at the next step; exact = when none could,
     # at any length up to the cap
     stop: Literal["early", "exact"] = "early"
-    max_len_a: float = 1.2
-    max_len_b: int = 10
+    nbest: int = field(default=1, metadata=between(1, 1000))  # translations per sentence
+    max_len_a: float = field(default=1.2, metadata=between(0.0))
+    max_len_b: int = field(default=10, metadata=between(0))
     # when set, the eval stage tries every beam x lenpen on the dev set and decodes the
     # test sets with the best; beam / lenpen fill in for an empty list
-    tune_beam: tuple[int, ...] = ()
-    tune_lenpen: tuple[float, ...] = ()
+    tune_beam: tuple[int, ...] = field(default=(), metadata=between(1, 1000))
+    tune_lenpen: tuple[float, ...] = field(default=(), metadata=between(0.0, 10.0))
+
+    def check(self) -> None:
+        # the n best come out of the beam
+        if self.nbest > self.beam:
+            raise ValueError(
+                f"decode.nbest ({self.nbest}) must not exceed decode.beam ({self.beam})"
+            )
 
 
 @dataclass(frozen=True)
@@ -136,29 +214,21 @@ class Recipe:
     decode: DecodeConfig = DecodeConfig()
     name: str = field(default="recipe", metadata={"internal": True})
 
+    def check(self) -> None:
+        if self.model.tie_embeddings == "all" and not self.tokenizer.joint:
+            raise ValueError(
+                "model.tie_embeddings: 'all' needs tokenizer.joint: true "
+                "(one vocabulary); use 'decoder' or 'none' with separate vocabularies"
+            )
+
     def to_dict(self) -> dict[str, Any]:
         """Plain YAML/JSON-safe values (paths as strings), as stored in checkpoints."""
-        raw = _plain(dataclasses.asdict(self))
+        raw = _plain(self)
         raw.pop("name")
         return raw
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
-_AVERAGE = re.compile(r"^(best|last)-([1-9]\d*)$|^none$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str | int | float) -> float:
-    """'90m' -> 5400.0; plain numbers are seconds."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return float(text)
-    match = _DURATION.match(str(text))
-    if not match:
-        raise ValueError(f"expected seconds or a duration like 90m or 2h, got {text!r}")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 # --------------------------------------------------------------------------- loading
@@ -198,23 +268,41 @@ def recipe_from_dict(
     if "name" in raw:
         raise ConfigError(f"{where}: {_unknown_key('name', _field_types(Recipe), '')}")
     raw["name"] = name
-    _read_renamed_keys(raw, where)
-    recipe = _build(Recipe, raw, key="", ctx=_Context(where, base_dir))
-    _cross_checks(recipe, where)
-    return recipe
+    return _build(Recipe, raw, key="", ctx=_Context(where, base_dir))
 
 
-def _read_renamed_keys(raw: dict[str, Any], where: str) -> None:
-    """Accept keys of earlier versions that models on disk still carry in their recipe."""
-    train = raw.get("train")
-    if isinstance(train, dict) and "average_last" in train:
-        if "average" in train:
-            raise ConfigError(f"{where}: train.average_last is the old name of train.average; "
-                              "keep only train.average")
-        train = dict(train)
-        k = train.pop("average_last")
-        train["average"] = "none" if k in (0, 1) else f"last-{k}"
-        raw["train"] = train
+def replace_checked(
+    section: Any,
+    changes: dict[str, Any],
+    names: dict[str, str] | None = None,
+    where: str = "command line",
+) -> Any:
+    """`dataclasses.replace(section, **changes)`, checked as if the changes came from YAML.
+
+    None in `changes` means "not given". `names` maps fields to the command-line flags
+    that set them, so that errors name the flag: "--beam 0: 0 is out of range; ...".
+    """
+    names = names or {}
+    prefix = _section_key(type(section))
+    fields = {f.name: f for f in dataclasses.fields(section)}
+    hints = _field_types(type(section))
+    values = {}
+    for name, value in changes.items():
+        if value is None:
+            continue
+        if name not in fields:
+            raise TypeError(f"{type(section).__name__} has no field {name!r}")  # a bug
+        flag = names.get(name)
+        ctx = _Context(where, Path.cwd(), label=f"{flag} {value}" if flag else None)
+        values[name] = _read_field(fields[name], hints[name], value, f"{prefix}.{name}", ctx)
+    new = dataclasses.replace(section, **values)
+    try:
+        _check(new)
+    except ValueError as exc:
+        # "decode.beam" in the message becomes "--beam" where a flag is named
+        flagged = re.sub(rf"\b{prefix}\.(\w+)", lambda m: names.get(m[1], m[0]), str(exc))
+        raise ConfigError(flagged if flagged != str(exc) else f"{where}: {exc}") from None
+    return new
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> None:
@@ -251,7 +339,8 @@ def _check_override_key(parts: list[str], item: str) -> Any:
             dotted = ".".join(parts[:depth])
             raise ConfigError(f"--set {item}: {_unknown_key(part, hints, dotted)}")
         cls = _strip_optional(hints[part])
-        if not dataclasses.is_dataclass(cls) and depth < len(parts) - 1:
+        is_section = dataclasses.is_dataclass(cls) and not _is_value_type(cls)
+        if not is_section and depth < len(parts) - 1:
             raise ConfigError(f"--set {item}: {'.'.join(parts[: depth + 1])} has no sub-keys")
     return cls
 
@@ -268,80 +357,30 @@ def check_data_files(recipe: Recipe, where: str) -> None:
                 raise ConfigError(f"{where}: {key}.{side}: data file not found: {file}")
 
 
-def _cross_checks(recipe: Recipe, where: str) -> None:
-    m, t = recipe.model, recipe.tokenizer
-    if m.d_model % m.heads:
-        raise ConfigError(
-            f"{where}: model.d_model ({m.d_model}) must be divisible by model.heads ({m.heads})"
-        )
-    if (m.d_model // m.heads) % 2:
-        raise ConfigError(f"{where}: model.d_model / model.heads must be even")
-    if m.tie_embeddings == "all" and not t.joint:
-        raise ConfigError(
-            f"{where}: model.tie_embeddings: 'all' needs tokenizer.joint: true "
-            "(one vocabulary); use 'decoder' or 'none' with separate vocabularies"
-        )
-    if m.d_model % 2:
-        raise ConfigError(f"{where}: model.d_model must be even")
-
-
 # --------------------------------------------------------------------------- the type walker
-
-_RANGES: dict[str, tuple[float | None, float | None]] = {
-    # key: (min inclusive, max inclusive); None = unbounded
-    "tokenizer.vocab_size": (8, 1_000_000),
-    "tokenizer.character_coverage": (0.9, 1.0),
-    "tokenizer.input_sentence_size": (0, None),
-    "model.enc_layers": (1, 64),
-    "model.dec_layers": (1, 64),
-    "model.d_model": (2, 65536),
-    "model.heads": (1, 1024),
-    "model.ffn_dim": (1, None),
-    "model.dropout": (0.0, 0.99),
-    "model.attn_dropout": (0.0, 0.99),
-    "model.max_positions": (8, 1_000_000),
-    "data.max_len": (1, None),
-    "data.max_ratio": (1.0, None),
-    "train.max_tokens": (16, None),
-    "train.update_freq": (1, None),
-    "train.lr": (0.0, 10.0),
-    "train.warmup_steps": (0, None),
-    "train.label_smoothing": (0.0, 0.99),
-    "train.adam_eps": (0.0, 1.0),
-    "train.weight_decay": (0.0, None),
-    "train.clip_norm": (0.0, None),
-    "train.max_steps": (0, None),
-    "train.max_epochs": (0, None),
-    "train.max_time": (0, None),
-    "train.log_every": (1, None),
-    "train.save_every": (1, None),
-    "train.keep_last": (0, None),
-    "train.valid_every": (1, None),
-    "train.valid_bleu_lines": (0, None),
-    "train.patience": (0, None),
-    "train.threads": (0, 1024),
-    "train.max_bad_steps": (1, None),
-    "decode.beam": (1, 1000),
-    "decode.lenpen": (0.0, 10.0),
-    "decode.max_len_a": (0.0, None),
-    "decode.max_len_b": (0, None),
-    "decode.tune_beam": (1, 1000),
-    "decode.tune_lenpen": (0.0, 10.0),
-}
 
 
 @dataclass
 class _Context:
     where: str
-    base_dir: Path
+    base_dir: Path  # relative paths are resolved against it
+    label: str | None = None  # replaces "where: key" in errors (a flag and its value)
 
     def fail(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{self.where}: {key}: {problem}")
+        head = self.label or f"{self.where}: {key}"
+        return ConfigError(f"{head}: {problem}")
 
 
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _section_key(cls: type) -> str:
+    for name, tp in _field_types(Recipe).items():
+        if tp is cls:
+            return name
+    raise TypeError(f"{cls.__name__} is not a recipe section")  # a bug, not user error
 
 
 def _strip_optional(tp: Any) -> Any:
@@ -356,6 +395,11 @@ def _is_union(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
 
+def _is_value_type(tp: Any) -> bool:
+    """A class written as one YAML scalar: read by its `parse` classmethod, written by str()."""
+    return isinstance(tp, type) and callable(getattr(tp, "parse", None))
+
+
 def _unknown_key(key: str, known: dict[str, Any], parent: str) -> str:
     names = [k for k in known if k != "name"]
     where = f"{parent}.{key}" if parent else key
@@ -364,9 +408,21 @@ def _unknown_key(key: str, known: dict[str, Any], parent: str) -> str:
     return f"unknown key '{where}'; {hint}"
 
 
+def _check(obj: Any) -> None:
+    if hasattr(obj, "check"):
+        obj.check()
+
+
 def _build(cls: type, raw: Any, key: str, ctx: _Context) -> Any:
     if not isinstance(raw, dict):
         raise ctx.fail(key or "recipe", f"expected a mapping, got {_show(raw)}")
+    for old, (new, convert) in getattr(cls, "old_keys", {}).items():
+        if old in raw:
+            if new in raw:
+                raise ConfigError(f"{ctx.where}: {key}.{old} is the old name of {key}.{new}; "
+                                  f"keep only {key}.{new}")
+            raw = dict(raw)
+            raw[new] = convert(raw.pop(old))
     hints = _field_types(cls)
     for name in raw:
         if name not in hints or (name == "name" and key):
@@ -375,25 +431,39 @@ def _build(cls: type, raw: Any, key: str, ctx: _Context) -> Any:
     for f in dataclasses.fields(cls):
         dotted = f"{key}.{f.name}" if key else f.name
         if f.name in raw:
-            values[f.name] = _coerce(hints[f.name], raw[f.name], dotted, ctx)
+            values[f.name] = _read_field(f, hints[f.name], raw[f.name], dotted, ctx)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ctx.fail(dotted, "required key is missing")
-    return cls(**values)
+    obj = cls(**values)
+    try:
+        _check(obj)
+    except ValueError as exc:
+        raise ConfigError(f"{ctx.where}: {exc}") from None
+    return obj
 
 
-def _coerce(tp: Any, value: Any, key: str, ctx: _Context) -> Any:
+def _read_field(f: dataclasses.Field, tp: Any, value: Any, key: str, ctx: _Context) -> Any:
+    """One field's value: its own parser first (if it declares one), then type and range."""
+    if "parse" in f.metadata:
+        try:
+            value = f.metadata["parse"](value)
+        except ValueError as exc:
+            raise ctx.fail(key, str(exc)) from None
+    return _coerce(tp, value, key, ctx, f.metadata.get("range"))
+
+
+def _coerce(tp: Any, value: Any, key: str, ctx: _Context, bounds: tuple | None = None) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if _is_union(tp):
         if value is None and type(None) in args:
             return None
-        return _coerce(_strip_optional(tp), value, key, ctx)
-    if key == "train.max_time":
+        return _coerce(_strip_optional(tp), value, key, ctx, bounds)
+    if _is_value_type(tp):
         try:
-            value = parse_duration(value)
+            # an instance (from replace_checked) is re-read from its spelling, to check it too
+            return tp.parse(str(value) if isinstance(value, tp) else value)
         except ValueError as exc:
             raise ctx.fail(key, str(exc)) from None
-    if key == "train.average" and not _AVERAGE.match(str(value)):
-        raise ctx.fail(key, f"expected best-K, last-K (K >= 1) or none, got {_show(value)}")
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, key, ctx)
     if origin is Literal:
@@ -402,15 +472,19 @@ def _coerce(tp: Any, value: Any, key: str, ctx: _Context) -> Any:
             raise ctx.fail(key, f"expected one of {choices}, got {_show(value)}")
         return value
     if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            value = [value] if key == "data.test" else value
+        variadic = len(args) == 2 and args[1] is Ellipsis
+        if variadic and dataclasses.is_dataclass(args[0]) and isinstance(value, dict):
+            value = [value]  # one mapping stands for a list of one (e.g. data.test)
         if not isinstance(value, (list, tuple)):
             raise ctx.fail(key, f"expected a list, got {_show(value)}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(args[0], v, f"{key}[{i}]", ctx) for i, v in enumerate(value))
-        if len(value) != len(args):
+        if not variadic and len(value) != len(args):
             raise ctx.fail(key, f"expected a list of {len(args)} values, got {_show(value)}")
-        return tuple(_coerce(a, v, f"{key}[{i}]", ctx) for i, (a, v) in enumerate(zip(args, value)))
+        item_types = args[:1] * len(value) if variadic else args
+        # the items share the field's range
+        return tuple(
+            _coerce(a, v, f"{key}[{i}]", ctx, bounds)
+            for i, (a, v) in enumerate(zip(item_types, value))
+        )
     if tp is Path:
         if not isinstance(value, str) or not value:
             raise ctx.fail(key, f"expected a file path, got {_show(value)}")
@@ -426,12 +500,12 @@ def _coerce(tp: Any, value: Any, key: str, ctx: _Context) -> Any:
                 value = int(value)
             else:
                 raise ctx.fail(key, f"expected an integer, got {_show(value)}")
-        _check_range(key, value, ctx)
+        _check_range(key, value, bounds, ctx)
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ctx.fail(key, f"expected a number, got {_show(value)}")
-        _check_range(key, float(value), ctx)
+        _check_range(key, float(value), bounds, ctx)
         return float(value)
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
@@ -440,11 +514,11 @@ def _coerce(tp: Any, value: Any, key: str, ctx: _Context) -> Any:
     raise TypeError(f"unsupported recipe field type {tp!r} for {key}")  # a bug, not user error
 
 
-def _check_range(key: str, value: float, ctx: _Context) -> None:
-    low, high = _RANGES.get(key.split("[")[0], (None, None))  # a list's items share a range
+def _check_range(key: str, value: float, bounds: tuple | None, ctx: _Context) -> None:
+    low, high = bounds or (None, None)
     if low is not None and value < low or high is not None and value > high:
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ctx.fail(key, f"{value} is out of range; expected {bounds}")
+        bounds_text = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ctx.fail(key, f"{value} is out of range; expected {bounds_text}")
 
 
 def _show(value: Any) -> str:
@@ -453,10 +527,11 @@ def _show(value: Any) -> str:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+    """YAML-safe values: sections as mappings, tuples as lists, paths and value types as text."""
+    if isinstance(value, Path) or _is_value_type(type(value)):
+        return str(value)
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
     return value

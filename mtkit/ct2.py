@@ -12,13 +12,13 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
+from .atomic import recover_dir, replace_dir
 from .checkpoint import load_checkpoint
-from .config import Recipe, recipe_from_dict
+from .config import DecodeConfig, Recipe, recipe_from_dict
 from .errors import CheckpointError, ConfigError
 from .model import Transformer
 from .search import Hypothesis
@@ -39,6 +39,7 @@ def _ctranslate2():
 
 
 def is_exported_model(path: Path) -> bool:
+    recover_dir(path)  # an export killed between its two renames left only PATH.old
     return path.is_dir() and (path / MARKER).is_file()
 
 
@@ -53,13 +54,10 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
     if out_dir.exists() and not force:
         raise ConfigError(f"{out_dir}: already exists; use --force to replace it")
     ctranslate2 = _ctranslate2()
-    from .translate import model_from_bundle
-
     bundle = load_checkpoint(model_path)
-    tokenizer = Tokenizer.from_bytes(bundle["spm_src"], bundle["spm_tgt"])
-    recipe = recipe_from_dict(bundle["recipe"], where=str(model_path))
-    model = model_from_bundle(bundle, tokenizer, str(model_path))
-    spec = _spec(ctranslate2, model, recipe)
+    tokenizer = bundle.tokenizer()
+    model = bundle.model(tokenizer, str(model_path))
+    spec = _spec(ctranslate2, model, bundle.recipe)
     spec.register_source_vocabulary(tokenizer.pieces("src"))
     spec.register_target_vocabulary(tokenizer.pieces("tgt"))
     spec.validate()
@@ -68,16 +66,17 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
     partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    spec.save(str(partial))
-    (partial / "spm.src.model").write_bytes(tokenizer.src_bytes)
-    if tokenizer.tgt_bytes is not None:
-        (partial / "spm.tgt.model").write_bytes(tokenizer.tgt_bytes)
-    marker = {"recipe": bundle["recipe"], "quantization": quantization,
-              "exported_from": str(model_path)}
-    (partial / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(partial, out_dir)
+    try:
+        spec.save(str(partial))
+        (partial / "spm.src.model").write_bytes(tokenizer.src_bytes)
+        if tokenizer.tgt_bytes is not None:
+            (partial / "spm.tgt.model").write_bytes(tokenizer.tgt_bytes)
+        marker = {"recipe": bundle.recipe.to_dict(), "quantization": quantization,
+                  "exported_from": str(model_path)}
+        (partial / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
+        replace_dir(partial, out_dir)  # a crash leaves the old export or the new one, never half
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)  # a no-op after the swap
 
 
 def _spec(ctranslate2, model: Transformer, recipe: Recipe):
@@ -157,7 +156,9 @@ def _np(tensor: torch.Tensor) -> np.ndarray:
 
 
 class CTranslate2Engine:
-    """A Translator engine that decodes with an exported CTranslate2 model."""
+    """An `engine.Engine` that decodes with an exported CTranslate2 model."""
+
+    stop_rules = ("early",)  # CTranslate2 ends a sentence once its n-best have finished
 
     def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0):
         ctranslate2 = _ctranslate2()
@@ -170,7 +171,7 @@ class CTranslate2Engine:
         self.src_pieces = self.tokenizer.pieces("src")
         self.tgt_ids = {piece: i for i, piece in enumerate(self.tokenizer.pieces("tgt"))}
 
-    def __call__(self, sources: list[list[int]], opts: Any) -> list[list[Hypothesis]]:
+    def search(self, sources: list[list[int]], opts: DecodeConfig) -> list[list[Hypothesis]]:
         tokens = [[self.src_pieces[i] for i in ids] for ids in sources]
         # CTranslate2 caps lengths per batch, not per sentence: take the batch's largest cap
         longest = max(len(ids) for ids in sources)

@@ -19,3 +19,7 @@ class DataError(MtkitError):
 
 class CheckpointError(MtkitError):
     """A model file is missing, truncated, foreign or from a newer mtkit."""
+
+
+class OutputError(MtkitError):
+    """An output file or directory cannot be written (disk full, permissions)."""

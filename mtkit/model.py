@@ -1,7 +1,7 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
 
-One file, read top to bottom: positions, attention, feed-forward, the two layer types, the
-model, and the decoder cache that makes step-by-step decoding cheap.
+One file, read top to bottom: positions, attention, feed-forward, the two layer types and
+the model. The decoder cache that makes step-by-step decoding cheap is in cache.py.
 
 Shapes in comments: B batch, S source length, T target length, D d_model, H heads,
 dh = D / H, V vocabulary size.
@@ -12,19 +12,20 @@ Two ways through the decoder share the same layer code:
 * ``decode_step`` runs ONE new position per call against a ``DecoderCache`` that holds the
   keys/values of the positions already decoded and the projected encoder output.
 
-The search sees the model only through ``encode``, ``init_cache`` and ``decode_step``.
+The search sees the model only through the `search.SearchModel` protocol: ``encode``,
+``init_cache``, ``decode_step`` (``decode`` for the uncached reference), ``max_positions``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cache import DecoderCache
 from .config import ModelConfig
 
 NEG_INF = float("-inf")
@@ -290,62 +291,6 @@ class DecoderLayer(nn.Module):
         return residual(x, self.ffn, self.norm3, *block)
 
 
-# --------------------------------------------------------------------------- cache
-
-
-@dataclass
-class DecoderCache:
-    """What `decode_step` needs between calls, for n sentences with `beam` rows each.
-
-    Row i*beam + j is hypothesis j of sentence i. Self-attention K/V are per row,
-    preallocated for `max_len` positions and filled up to `step`: writing into a buffer
-    beats concatenating a growing tensor every step. Cross-attention K/V are per sentence,
-    shared by its beam rows (see CrossAttention).
-    """
-
-    self_kv: list[Tensor]  # per decoder layer, (2, R, H, max_len, dh): K and V stacked;
-    # the first `rows` of R are in use, positions < step are valid
-    spare_kv: list[Tensor]  # same shapes: where reorder gathers rows into; then they swap
-    rows: int  # hypotheses in use = sentences * beam
-    beam: int
-    cross_k: list[Tensor]  # per decoder layer, (n, H, S, dh); fixed for the whole search
-    cross_v: list[Tensor]
-    src_keep: Tensor | None  # (n, 1, 1, S) True where attention may look; None = no padding
-    max_len: int  # how many decode_step calls the buffers hold
-    step: int = 0  # positions decoded so far = position of the next token
-
-    @property
-    def sentences(self) -> int:
-        return self.cross_k[0].size(0)
-
-    def self_cache(self, layer: int) -> tuple[Tensor, Tensor]:
-        """Layer's K and V buffers for the rows in use, each (rows, H, max_len, dh)."""
-        kv = self.self_kv[layer]
-        return kv[0, : self.rows], kv[1, : self.rows]
-
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep row rows[i] as new row i; `sentences` (kept sentence indices, in order)
-        when the set of sentences changes, None when it does not.
-
-        Rows may repeat (beam re-ranking). New row i must come from a row of the sentence
-        that will be number i // beam: the search only ever re-ranks inside a sentence and
-        drops whole sentences. Only the `step` filled positions are copied, into the spare
-        buffers, which then swap with the current ones: no allocation per step.
-        """
-        kept = self.sentences if sentences is None else sentences.numel()
-        if rows.numel() != kept * self.beam:
-            raise ValueError(f"reorder needs {kept} x {self.beam} rows, got {rows.numel()}")
-        used, count = self.step, rows.numel()
-        for kv, spare in zip(self.self_kv, self.spare_kv, strict=True):
-            torch.index_select(kv[:, :, :, :used], 1, rows, out=spare[:, :count, :, :used])
-        self.self_kv, self.spare_kv, self.rows = self.spare_kv, self.self_kv, count
-        if sentences is not None:
-            self.cross_k = [t.index_select(0, sentences) for t in self.cross_k]
-            self.cross_v = [t.index_select(0, sentences) for t in self.cross_v]
-            if self.src_keep is not None:
-                self.src_keep = self.src_keep.index_select(0, sentences)
-
-
 # --------------------------------------------------------------------------- the model
 
 
@@ -407,6 +352,11 @@ class Transformer(nn.Module):
             nn.init.normal_(self.out_proj.weight, 0.0, std)
         if self.pos_embed is not None:
             nn.init.normal_(self.pos_embed.weight, 0.0, std)
+
+    @property
+    def max_positions(self) -> int:
+        """Positions the model can embed: the search caps hypotheses below it."""
+        return self.cfg.max_positions
 
     def num_parameters(self) -> int:
         """Trainable values, each shared tensor counted once."""

@@ -2,91 +2,82 @@
 
 Each stage writes a stamp describing its inputs (content fingerprints and settings);
 a stage runs only when its stamp differs from what the recipe asks now, so running the
-same command twice does no work the second time.
+same command twice does no work the second time. Stages hand their artefacts on in a
+`PipelineRun` (the tokenizer, the manifest, the model path) instead of reloading them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .checkpoint import (
-    atomic_write,
-    average_checkpoints,
-    load_checkpoint,
-    save_checkpoint,
-    without_train_state,
-)
+from .atomic import atomic_write_bytes, atomic_write_json
+from .binarize import binarize
+from .checkpoint import Bundle, average_checkpoints, load_checkpoint, save_checkpoint
 from .config import Recipe
-from .data import binarize, file_fingerprint, load_manifest, read_lines
+from .engine import TorchEngine
 from .errors import ConfigError
-from .metrics import corpus_scores
-from .model import Transformer
+from .evaluation import DevSet, dev_bleu, evaluate_test_sets, greedy, log_results, tune_decoding
+from .manifest import Manifest, load_manifest
+from .run import RunPaths, training_complete
 from .runtime import resolve_device
+from .textio import file_fingerprint
 from .tokenizer import Tokenizer, load_recipe_tokenizer, train_recipe_tokenizer
-from .train import RunPaths, train, training_complete
-from .translate import DecodeOptions, Translator, load_models, model_from_bundle
+from .train import train
+from .translate import Translator
 
 log = logging.getLogger("mtkit")
 
-STAGES = ("tokenizer", "binarize", "train", "average", "eval")
+
+@dataclass
+class PipelineRun:
+    """One `mtkit train RECIPE`: its settings, and what each stage hands to the next."""
+
+    recipe: Recipe
+    paths: RunPaths
+    device: torch.device
+    restart: bool = False
+    tokenizer: Tokenizer | None = None  # from the tokenizer stage
+    manifest: Manifest | None = None  # from the binarize stage
+    model: Path | None = None  # model.pt, from the average stage
 
 
-def run_pipeline(
-    recipe: Recipe,
-    run_dir: Path,
-    until: str | None = None,
-    restart: bool = False,
-    device: str = "auto",
-) -> None:
+def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
+                 restart: bool = False, device: str = "auto") -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    _claim_run_dir(recipe, run_dir)
-    steps = [
-        ("tokenizer", lambda: tokenizer_stage(recipe, run_dir)),
-        ("binarize", lambda: binarize_stage(recipe, run_dir)),
-        ("train", lambda: train_stage(recipe, run_dir, restart, device)),
-        ("average", lambda: average_stage(recipe, run_dir, device)),
-        ("eval", lambda: eval_stage(recipe, run_dir, device)),
-    ]
+    run = PipelineRun(recipe, RunPaths(run_dir), resolve_device(device), restart)
+    _claim_run_dir(run)
     timings = {}
-    for name, stage in steps:
+    for name, stage in STAGES.items():
         start = time.perf_counter()
-        stage()
+        stage(run)
         timings[name] = round(time.perf_counter() - start, 1)
-        if name == "train":  # the run accepted this recipe
-            _record_recipe(recipe, run_dir)
         if name == until:
             log.info("stopping after stage %s (--until)", name)
             break
     log.info("stage wall times (s): %s", ", ".join(f"{k} {v}" for k, v in timings.items()))
 
 
-def _claim_run_dir(recipe: Recipe, run_dir: Path) -> None:
+def _claim_run_dir(run: PipelineRun) -> None:
     """A run directory belongs to one recipe name; refuse to mix two in one place."""
-    owner_name = run_dir / "recipe.name"
-    if owner_name.is_file():
-        owner = owner_name.read_text(encoding="utf-8").strip()
-        if owner != recipe.name:
+    owner_file, name = run.paths.recipe_name, run.recipe.name
+    if owner_file.is_file():
+        owner = owner_file.read_text(encoding="utf-8").strip()
+        if owner != name:
             raise ConfigError(
-                f"{run_dir}: this run directory belongs to recipe '{owner}', not "
-                f"'{recipe.name}'; use another --run-dir"
+                f"{run.paths.run_dir}: this run directory belongs to recipe '{owner}', not "
+                f"'{name}'; use another --run-dir"
             )
     else:
-        atomic_write(owner_name, lambda f: f.write(recipe.name.encode() + b"\n"))
-
-
-def _record_recipe(recipe: Recipe, run_dir: Path) -> None:
-    """RUN_DIR/recipe.yaml: the resolved recipe the run's files were made with."""
-    path = run_dir / "recipe.yaml"
-    text = recipe.to_yaml().encode("utf-8")
-    if not path.is_file() or path.read_bytes() != text:
-        atomic_write(path, lambda f: f.write(text))
+        atomic_write_bytes(owner_file, name.encode() + b"\n")
 
 
 # --------------------------------------------------------------------------- stamps
@@ -100,7 +91,7 @@ def _read_stamp(path: Path) -> dict[str, Any] | None:
 
 
 def _write_stamp(path: Path, stamp: dict[str, Any]) -> None:
-    atomic_write(path, lambda f: f.write(json.dumps(stamp, indent=1).encode("utf-8")))
+    atomic_write_json(path, stamp, indent=1)
 
 
 def _skip(stage: str, why: str) -> None:
@@ -111,31 +102,32 @@ def _run(stage: str, why: str) -> None:
     log.info("[%s] running: %s", stage, why)
 
 
-# --------------------------------------------------------------------------- stages
+# --------------------------------------------------------------------------- tokenizer
 
 
-def tokenizer_stage(recipe: Recipe, run_dir: Path) -> Tokenizer:
-    out_dir = run_dir / "tokenizer"
+def tokenizer_stage(run: PipelineRun) -> None:
+    recipe, out_dir = run.recipe, run.paths.tokenizer
     stamp_path = out_dir / "stamp.json"
-    train_files = [recipe.data.train.src, recipe.data.train.tgt]
     stamp = {
-        "settings": asdict(recipe.tokenizer),
-        "inputs": [file_fingerprint(p) for p in train_files],
+        "settings": dataclasses.asdict(recipe.tokenizer),
+        "inputs": [file_fingerprint(p) for p in (recipe.data.train.src, recipe.data.train.tgt)],
     }
     old = _read_stamp(stamp_path)
     if old == stamp:
         try:
-            tokenizer = load_recipe_tokenizer(out_dir, recipe.tokenizer.joint)
+            run.tokenizer = load_recipe_tokenizer(out_dir, recipe.tokenizer.joint)
             _skip("tokenizer", "settings and training text unchanged")
-            return tokenizer
+            return
         except Exception:  # noqa: BLE001 - a damaged model file is simply rebuilt
             old = None
     _run("tokenizer", "no tokenizer yet" if old is None else "settings or training text changed")
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp_path.unlink(missing_ok=True)
-    tokenizer = train_recipe_tokenizer(recipe, out_dir)
+    run.tokenizer = train_recipe_tokenizer(recipe, out_dir)
     _write_stamp(stamp_path, stamp)
-    return tokenizer
+
+
+# --------------------------------------------------------------------------- binarize
 
 
 def _splits(recipe: Recipe) -> dict[str, tuple[Path, Path]]:
@@ -150,232 +142,161 @@ def _train_max_len(recipe: Recipe) -> int:
     return min(recipe.data.max_len, recipe.model.max_positions - 1)
 
 
-def binarize_recipe(recipe: Recipe, run_dir: Path, workers: int = 0) -> dict[str, Any]:
+def binarize_recipe(recipe: Recipe, paths: RunPaths, tokenizer: Tokenizer,
+                    workers: int = 0) -> Manifest:
     """Binarise the recipe's train/valid splits with its (already trained) tokenizer."""
-    tokenizer = load_recipe_tokenizer(run_dir / "tokenizer", recipe.tokenizer.joint)
-    return binarize(
-        tokenizer, _splits(recipe), run_dir / "data", workers,
-        _train_max_len(recipe), recipe.data.max_ratio,
-    )
+    return binarize(tokenizer, _splits(recipe), paths.data, workers, _train_max_len(recipe),
+                    recipe.data.max_ratio)
 
 
-def data_fingerprints(manifest: dict[str, Any]) -> dict[str, str]:
-    """What identifies the training data in checkpoints: tokenizer + train files."""
-    train = manifest["splits"]["train"]
-    return {
-        "tokenizer": manifest["tokenizer"],
-        "train.src": train["src"]["fingerprint"],
-        "train.tgt": train["tgt"]["fingerprint"],
-    }
-
-
-def binarize_stage(recipe: Recipe, run_dir: Path) -> dict[str, Any]:
-    tokenizer = load_recipe_tokenizer(run_dir / "tokenizer", recipe.tokenizer.joint)
-    manifest = load_manifest(run_dir / "data")
-    why = _binarize_staleness(recipe, tokenizer, manifest)
+def binarize_stage(run: PipelineRun) -> None:
+    manifest = load_manifest(run.paths.data)
+    why = _binarize_staleness(run.recipe, run.tokenizer, manifest)
     if not why:
         _skip("binarize", "tokenizer, data files and filters unchanged")
-        return manifest
+        run.manifest = manifest
+        return
     _run("binarize", why)
-    return binarize_recipe(recipe, run_dir)
+    run.manifest = binarize_recipe(run.recipe, run.paths, run.tokenizer)
 
 
-def _binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: dict | None) -> str:
+def _binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: Manifest | None) -> str:
     if manifest is None:
         return "no binarised data yet"
-    if manifest.get("tokenizer") != tokenizer.fingerprint():
+    if manifest.tokenizer != tokenizer.fingerprint():
         return "the tokenizer changed"
-    filters = (manifest.get("max_len"), manifest.get("max_ratio"))
-    if filters != (_train_max_len(recipe), recipe.data.max_ratio):
+    if (manifest.max_len, manifest.max_ratio) != (_train_max_len(recipe), recipe.data.max_ratio):
         return "data.max_len, data.max_ratio or model.max_positions changed"
     splits = _splits(recipe)
-    if set(manifest["splits"]) != set(splits):
+    if set(manifest.splits) != set(splits):
         return "the recipe's splits changed"
     for name, (src, tgt) in splits.items():
-        for side, path in (("src", src), ("tgt", tgt)):
-            if manifest["splits"][name][side]["fingerprint"] != file_fingerprint(path):
+        for stored, path in ((manifest.splits[name].src, src), (manifest.splits[name].tgt, tgt)):
+            if stored.fingerprint != file_fingerprint(path):
                 return f"{path} changed"
     return ""
 
 
-def train_stage(recipe: Recipe, run_dir: Path, restart: bool, device: str) -> None:
-    manifest = load_manifest(run_dir / "data")
-    tokenizer = load_recipe_tokenizer(run_dir / "tokenizer", recipe.tokenizer.joint)
-    fingerprints = data_fingerprints(manifest)
-    if not restart:
-        done = training_complete(recipe, run_dir, tokenizer, fingerprints)
-        if done:
-            _skip("train", f"training complete ({done})")
-            return
-    resuming = RunPaths(run_dir).last.is_file() and not restart
-    _run("train", "resuming the run" if resuming else "starting a new run")
-    train(recipe, run_dir, tokenizer, run_dir / "data", fingerprints, device, restart)
+# --------------------------------------------------------------------------- train
 
 
-def average_stage(recipe: Recipe, run_dir: Path, device: str = "auto") -> Path:
+def train_stage(run: PipelineRun) -> None:
+    recipe, paths = run.recipe, run.paths
+    fingerprints = run.manifest.training_fingerprints()
+    done = "" if run.restart else training_complete(recipe, paths.run_dir, run.tokenizer,
+                                                    fingerprints)
+    if done:
+        _skip("train", f"training complete ({done})")
+    else:
+        resuming = paths.last.is_file() and not run.restart
+        _run("train", "resuming the run" if resuming else "starting a new run")
+        train(recipe, paths.run_dir, run.tokenizer, paths.data, fingerprints, run.device,
+              run.restart)
+    _record_recipe(recipe, paths)  # the run accepted this recipe
+
+
+def _record_recipe(recipe: Recipe, paths: RunPaths) -> None:
+    """RUN_DIR/recipe.yaml: the resolved recipe the run's files were made with."""
+    text = recipe.to_yaml().encode("utf-8")
+    if not paths.recipe_yaml.is_file() or paths.recipe_yaml.read_bytes() != text:
+        atomic_write_bytes(paths.recipe_yaml, text)
+
+
+# --------------------------------------------------------------------------- average
+
+
+def average_stage(run: PipelineRun) -> None:
     """model.pt: the average that `train.average` names (the last K step checkpoints or
     the K best by dev score) or the best single checkpoint, whichever translates the dev
     set better (early in training an average that reaches back to weaker checkpoints can
     lose to the newest one)."""
-    paths = RunPaths(run_dir)
-    kind, k = recipe.train.average_kind, recipe.train.average_k
+    recipe, paths = run.recipe, run.paths
+    average = recipe.train.average
     best = paths.best if paths.best.is_file() else paths.last
     sources = {
-        "last": paths.step_checkpoints()[-k:],
+        "last": paths.step_checkpoints()[-average.k:] if average.k else [],
         "best": paths.top_checkpoints(),  # training kept exactly the K best
-    }.get(kind, [])
-    target = run_dir / "model.pt"
-    stamp_path = run_dir / "model.stamp.json"
+    }.get(average.kind, [])
+    run.model = paths.model
     stamp = {"sources": [[p.name, file_fingerprint(p)] for p in [*sources, best]]}
-    old = _read_stamp(stamp_path)
-    if target.is_file() and old is not None and old.get("sources") == stamp["sources"]:
+    old = _read_stamp(paths.model_stamp)
+    if paths.model.is_file() and old is not None and old.get("sources") == stamp["sources"]:
         _skip("average", "model.pt is up to date with its checkpoints")
-        return target
-    best_bundle = without_train_state(load_checkpoint(best))
+        return
+    best_bundle = load_checkpoint(best).without_train_state()
     chosen, bundle = best.name, best_bundle
     if len(sources) > 1:
         _run("average", f"averaging {len(sources)} checkpoints, comparing with {best.name}")
         averaged = average_checkpoints(sources)
+        chosen, bundle = "average", averaged
         if recipe.data.valid is not None:
-            scores = {
-                "average": dev_bleu(recipe, averaged, device),
-                best.name: dev_bleu(recipe, best_bundle, device),
-            }
+            dev = DevSet.read(recipe.data.valid, recipe.data.langs.tgt,
+                              recipe.train.valid_bleu_lines)
+            scores = {"average": _bundle_bleu(run, averaged, dev),
+                      best.name: _bundle_bleu(run, best_bundle, dev)}
             stamp["dev_bleu"] = scores
-            log.info("[average] dev BLEU: average of %s %d %.2f | %s %.2f", kind,
+            log.info("[average] dev BLEU: average of %s %d %.2f | %s %.2f", average.kind,
                      len(sources), scores["average"], best.name, scores[best.name])
-            if scores["average"] >= scores[best.name]:
-                chosen, bundle = "average", averaged
-        else:
-            chosen, bundle = "average", averaged
+            if scores["average"] < scores[best.name]:
+                chosen, bundle = best.name, best_bundle
     else:
         _run("average", f"model.pt is {best.name}")
     log.info("[average] model.pt is %s", "the average" if chosen == "average" else chosen)
     stamp["chosen"] = chosen
-    stamp_path.unlink(missing_ok=True)
-    save_checkpoint(target, bundle)
-    _write_stamp(stamp_path, stamp)
-    return target
+    paths.model_stamp.unlink(missing_ok=True)
+    save_checkpoint(paths.model, bundle)
+    _write_stamp(paths.model_stamp, stamp)
 
 
-def dev_bleu(recipe: Recipe, bundle: dict[str, Any], device: str) -> float:
-    """Greedy BLEU of a model bundle on the first `valid_bleu_lines` dev lines (all if 0)."""
-    torch_device = resolve_device(device)
-    tokenizer = Tokenizer.from_bytes(bundle["spm_src"], bundle["spm_tgt"])
-    model = model_from_bundle(bundle, tokenizer, "model.pt").to(torch_device)
-    translator = _translator(recipe, [model], tokenizer, torch_device, 1, 1.0)
-    return _bleu_on_dev(recipe, translator, *_dev_lines(recipe))
+def _bundle_bleu(run: PipelineRun, bundle: Bundle, dev: DevSet) -> float:
+    """Greedy dev BLEU of a model bundle, as validation during training measures it."""
+    engine = TorchEngine.from_bundles([bundle], ["model.pt"], run.device)
+    return dev_bleu(Translator(engine, greedy(run.recipe.decode), run.recipe.train.max_tokens),
+                    dev)
 
 
-def _translator(recipe: Recipe, models: list[Transformer], tokenizer: Tokenizer,
-                device: torch.device, beam: int, lenpen: float) -> Translator:
-    d = recipe.decode
-    options = DecodeOptions(beam=beam, lenpen=lenpen, stop=d.stop, max_len_a=d.max_len_a,
-                            max_len_b=d.max_len_b, max_tokens=recipe.train.max_tokens)
-    return Translator(models, tokenizer, options, device)
+# --------------------------------------------------------------------------- eval
 
 
-def _dev_lines(recipe: Recipe) -> tuple[list[str], list[str]]:
-    """The first `valid_bleu_lines` dev sources and references (all if 0)."""
-    limit = recipe.train.valid_bleu_lines or None
-    sources = list(read_lines(recipe.data.valid.src))[:limit]
-    refs = list(read_lines(recipe.data.valid.tgt))[:limit]
-    return sources, refs
-
-
-def _bleu_on_dev(recipe: Recipe, translator: Translator, sources: list[str],
-                 refs: list[str]) -> float:
-    hyps = translator.format(translator.translate(sources), 0)
-    return corpus_scores(hyps, [refs], ("bleu",), tgt_lang=recipe.data.langs.tgt)[0].score
-
-
-def tune_decoding(
-    recipe: Recipe, models: list[Transformer], tokenizer: Tokenizer, device: torch.device
-) -> tuple[int, float, list[dict[str, float]]]:
-    """Dev BLEU of every `decode.tune_beam` x `decode.tune_lenpen`; the best setting (the
-    first listed among equals) and the whole grid."""
-    d = recipe.decode
-    sources, refs = _dev_lines(recipe)
-    grid = []
-    for beam in d.tune_beam or (d.beam,):
-        for lenpen in d.tune_lenpen or (d.lenpen,):
-            translator = _translator(recipe, models, tokenizer, device, beam, lenpen)
-            bleu = round(_bleu_on_dev(recipe, translator, sources, refs), 2)
-            log.info("[eval] dev BLEU with beam %d, lenpen %g: %.2f", beam, lenpen, bleu)
-            grid.append({"beam": beam, "lenpen": lenpen, "dev_bleu": bleu})
-    chosen = max(grid, key=lambda row: row["dev_bleu"])  # max keeps the first of equals
-    return chosen["beam"], chosen["lenpen"], grid
-
-
-def eval_stage(recipe: Recipe, run_dir: Path, device: str) -> dict[str, Any] | None:
-
+def eval_stage(run: PipelineRun) -> None:
+    """Tune beam x lenpen on dev (when asked), decode and score every test set, report."""
+    recipe, paths = run.recipe, run.paths
     if not recipe.data.test:
         _skip("eval", "the recipe has no data.test sets")
-        return None
-    model_path = run_dir / "model.pt"
-    eval_dir = run_dir / "eval"
-    scores_path = eval_dir / "scores.json"
+        return
+    scores_path = paths.eval / "scores.json"
     stamp = {
-        "model": file_fingerprint(model_path),
+        "model": file_fingerprint(paths.model),
         "decode": recipe.to_dict()["decode"],
         "tests": [[file_fingerprint(t.src), file_fingerprint(t.tgt)] for t in recipe.data.test],
     }
     old = _read_stamp(scores_path)
     if old is not None and old.get("stamp") == stamp:
         _skip("eval", "scores.json is up to date with model.pt and the test sets")
-        return old
+        return
     _run("eval", f"translating {len(recipe.data.test)} test set(s) with model.pt")
-    torch_device = resolve_device(device)
-    models, tokenizer, _ = load_models([model_path], torch_device)
-    d = recipe.decode
-    beam, lenpen, grid = d.beam, d.lenpen, None
-    if (d.tune_beam or d.tune_lenpen) and recipe.data.valid is not None:
-        beam, lenpen, grid = tune_decoding(recipe, models, tokenizer, torch_device)
+    engine = TorchEngine.load([paths.model], run.device)
+    settings, grid = recipe.decode, None
+    if (settings.tune_beam or settings.tune_lenpen) and recipe.data.valid is not None:
+        dev = DevSet.read(recipe.data.valid, recipe.data.langs.tgt, recipe.train.valid_bleu_lines)
+        settings, grid = tune_decoding(engine, settings, dev, recipe.train.max_tokens)
         log.info("[eval] decoding the test sets with beam %d, lenpen %g (best on dev)",
-                 beam, lenpen)
-    translator = _translator(recipe, models, tokenizer, torch_device, beam, lenpen)
-    eval_dir.mkdir(parents=True, exist_ok=True)
-    results = []
-    for test in recipe.data.test:
-        sources = list(read_lines(test.src))
-        refs = list(read_lines(test.tgt))
-        start = time.perf_counter()
-        hyps = translator.format(translator.translate(sources), 0)
-        seconds = time.perf_counter() - start
-        hyp_path = eval_dir / f"{test.src.name}.hyp.{recipe.data.langs.tgt}"
-        text = "".join(h + "\n" for h in hyps).encode("utf-8")
-        atomic_write(hyp_path, lambda f, text=text: f.write(text))
-        scores = corpus_scores(
-            hyps,
-            [refs],
-            ("bleu", "chrf"),
-            tgt_lang=recipe.data.langs.tgt,
-            ref_names=[str(test.tgt)],
-        )
-        results.append(
-            {
-                "src": str(test.src),
-                "ref": str(test.tgt),
-                "hyp": str(hyp_path),
-                "lines": len(hyps),
-                "seconds": round(seconds, 1),
-                "scores": {
-                    s.name: {"score": round(s.score, 2), "signature": s.signature} for s in scores
-                },
-            }
-        )
-    report = {"stamp": stamp, "decode": {"beam": beam, "lenpen": lenpen, "stop": d.stop},
-              "results": results}
+                 settings.beam, settings.lenpen)
+    translator = Translator(engine, settings, recipe.train.max_tokens)
+    results = evaluate_test_sets(translator, recipe.data.test, paths.eval, recipe.data.langs.tgt)
+    report = {"stamp": stamp,
+              "decode": {"beam": settings.beam, "lenpen": settings.lenpen, "stop": settings.stop},
+              "results": [r.to_dict() for r in results]}
     if grid is not None:
         report["dev_grid"] = grid
     _write_stamp(scores_path, report)
-    _print_table(results)
-    return report
+    log_results(results)
 
 
-def _print_table(results: list[dict[str, Any]]) -> None:
-    for r in results:
-        parts = [f"{name} {v['score']:.2f}" for name, v in r["scores"].items()]
-        log.info("[eval] %s (%d lines): %s", Path(r["src"]).name, r["lines"], " | ".join(parts))
-        for name, v in r["scores"].items():
-            log.info("[eval]   %s signature: %s", name, v["signature"])
+STAGES: dict[str, Callable[[PipelineRun], None]] = {
+    "tokenizer": tokenizer_stage,
+    "binarize": binarize_stage,
+    "train": train_stage,
+    "average": average_stage,
+    "eval": eval_stage,
+}

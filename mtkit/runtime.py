@@ -7,8 +7,10 @@ import torch
 from .errors import ConfigError
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str | torch.device) -> torch.device:
     """'auto' picks CUDA when present; asking for CUDA without it is a clear error."""
+    if isinstance(name, torch.device):
+        return name
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -39,6 +39,34 @@ PAD, BOS, EOS = 0, 2, 3
 NEG_INF = float("-inf")
 
 STOP_RULES = ("early", "exact")  # how beam search may end a sentence: see _sentence_done
+
+
+class DecoderState(Protocol):
+    """A model's per-search state (mtkit's `cache.DecoderCache`), kept row-aligned."""
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Row i becomes old row rows[i]; `sentences`: the kept sentences when some leave."""
+
+
+class SearchModel(Protocol):
+    """What the searches drive: mtkit's Transformer, or a scripted stand-in in the tests."""
+
+    @property
+    def max_positions(self) -> int:
+        """Target positions the model can embed (BOS included)."""
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S) source ids -> memory (B, S, ...) and src_pad_mask (B, S)."""
+
+    def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int,
+                   beam: int) -> DecoderState:
+        """State for up to `max_len` decode_step calls, `beam` rows per sentence."""
+
+    def decode_step(self, prev_tokens: Tensor, cache: Any) -> Tensor:
+        """(N,) latest token per row -> (N, V) logits of the next one; advances cache."""
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor) -> Tensor:
+        """(N, T) whole prefixes -> (N, T, V) logits: the uncached reference."""
 
 
 @dataclass
@@ -74,8 +102,9 @@ def max_lengths(
     return caps.clamp(min=1, max=max_positions - 1)
 
 
-def _caps(models: list[Any], src: Tensor, a: float, b: int, bos: int, eos: int, pad: int) -> Tensor:
-    max_positions = min(m.cfg.max_positions for m in models)
+def _caps(models: list[SearchModel], src: Tensor, a: float, b: int, bos: int, eos: int,
+          pad: int) -> Tensor:
+    max_positions = min(m.max_positions for m in models)
     return max_lengths(source_lengths(src, pad, bos, eos), a, b, max_positions).to(src.device)
 
 
@@ -91,8 +120,8 @@ class _Ensemble:
     the reference the cache is tested against, and the uncached benchmark.
     """
 
-    def __init__(self, models: list[Any], src: Tensor, steps: int, beam: int, use_cache: bool,
-                 never: tuple[int, ...]) -> None:
+    def __init__(self, models: list[SearchModel], src: Tensor, steps: int, beam: int,
+                 use_cache: bool, never: tuple[int, ...]) -> None:
         self.models = models
         self.never = list(never)  # token ids the search must not produce
         encoded = [m.encode(src) for m in models]  # [(memory (B,S,D), src_pad_mask (B,S))]
@@ -131,13 +160,13 @@ class _Ensemble:
                             for mem, mask in self.encoded]
 
 
-def _as_list(models: Any) -> list[Any]:
+def _as_list(models: SearchModel | Sequence[SearchModel]) -> list[SearchModel]:
     return list(models) if isinstance(models, (list, tuple)) else [models]
 
 
 def _start(
-    models: Any, src: Tensor, a: float, b: int, beam: int, use_cache: bool, bos: int, eos: int,
-    pad: int
+    models: SearchModel | Sequence[SearchModel], src: Tensor, a: float, b: int, beam: int,
+    use_cache: bool, bos: int, eos: int, pad: int
 ) -> tuple[Tensor, int, _Ensemble]:
     """What both searches begin with: per-sentence caps (B,), the step count, the ensemble
     with its encoder run once."""
@@ -152,7 +181,7 @@ def _start(
 
 @torch.inference_mode()
 def greedy_search(
-    models: list[Any],
+    models: SearchModel | Sequence[SearchModel],
     src: Tensor,
     max_len_a: float = 1.2,
     max_len_b: int = 10,
@@ -380,7 +409,7 @@ def _sentence_done(finished: _Finished, logprob: Tensor, caps: Tensor, t: int, l
 
 @torch.inference_mode()
 def beam_search(
-    models: list[Any],
+    models: SearchModel | Sequence[SearchModel],
     src: Tensor,
     beam: int = 5,
     lenpen: float = 1.0,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import random
 import re
 from collections.abc import Iterable, Iterator
@@ -17,8 +16,10 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from .atomic import atomic_write_bytes
 from .config import Recipe
 from .errors import CheckpointError, DataError
+from .textio import read_lines
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 NUM_SPECIALS = 4
@@ -94,7 +95,8 @@ def train_sentencepiece(
         raise lines.error
 
     path = Path(f"{model_prefix}.model")
-    _write_atomic(path, model.getvalue())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, model.getvalue())  # readers never see half a model
     return path
 
 
@@ -107,8 +109,6 @@ class _CorpusStream:
         self.error: DataError | None = None
 
     def __iter__(self) -> Iterator[str]:
-        from .data import read_lines  # here, not at the top: data imports this module
-
         try:
             for path in self.paths:
                 for line in read_lines(path):
@@ -160,21 +160,6 @@ def _training_error(message: str, vocab_size: int, where: str) -> DataError:
     # drop spm's "INTERNAL: src/file.cc(123) [check] " prefix; keep its explanation
     detail = re.sub(r"^.*?\] ", "", message.splitlines()[0]).strip() or message.strip()
     return DataError(f"{where}: SentencePiece training failed: {detail}")
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same directory, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 # --------------------------------------------------------------------------- the tokenizer

@@ -8,33 +8,44 @@ steps with a restart in between give bit-identical weights.
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
 import math
 import os
-import random
 import signal
 import sys
+import threading
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
-from .checkpoint import load_checkpoint, make_bundle, save_checkpoint, without_train_state
+from .batching import BatchSampler, make_batch
+from .checkpoint import Bundle, Progress, TrainState, load_checkpoint, save_checkpoint
 from .config import Recipe
-from .data import BatchSampler, ParallelData, make_batch, read_lines, token_batches
-from .errors import ConfigError, MtkitError
+from .dataset import ParallelData
+from .engine import TorchEngine
+from .errors import MtkitError
+from .evaluation import DevSet, dev_bleu, greedy
 from .loss import label_smoothed_nll
-from .metrics import corpus_scores
 from .model import Transformer
+from .run import (
+    MetricsLog,
+    RunPaths,
+    TrainMeter,
+    check_same_run,
+    restore_rng_states,
+    rng_states,
+    seed_everything,
+    stop_reason,
+)
 from .runtime import resolve_device
 from .schedule import inverse_sqrt_lr
 from .tokenizer import PAD_ID, Tokenizer
+from .translate import Translator
 
 log = logging.getLogger("mtkit")
 
@@ -55,118 +66,6 @@ class TrainingDiverged(MtkitError):
     exit_code = 1
 
 
-@dataclass
-class Progress:
-    """Everything besides weights and optimiser that a resumed run needs."""
-
-    step: int = 0
-    epoch: int = 1
-    elapsed: float = 0.0  # training wall clock, summed over all resumed runs
-    best_score: float | None = None
-    best_step: int = 0
-    validations_without_improvement: int = 0
-    top: list[tuple[float, int]] = field(default_factory=list)  # (score, step), best first
-    sampler: dict[str, int] = field(default_factory=dict)
-    finished: str = ""  # why training stopped; empty while it can go on
-
-
-@dataclass
-class RunPaths:
-    run_dir: Path
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.run_dir / "checkpoints"
-
-    @property
-    def last(self) -> Path:
-        return self.checkpoints / "checkpoint_last.pt"
-
-    @property
-    def best(self) -> Path:
-        return self.checkpoints / "checkpoint_best.pt"
-
-    def step(self, step: int) -> Path:
-        return self.checkpoints / f"checkpoint_{step}.pt"
-
-    def top(self, step: int) -> Path:
-        return self.checkpoints / f"best_{step}.pt"
-
-    def step_checkpoints(self) -> list[Path]:
-        """Step checkpoints, oldest first."""
-        return self._numbered("checkpoint_")
-
-    def top_checkpoints(self) -> list[Path]:
-        """The best-K checkpoints kept for `train.average: best-K`, oldest first."""
-        return self._numbered("best_")
-
-    def _numbered(self, prefix: str) -> list[Path]:
-        found = []
-        for path in self.checkpoints.glob(f"{prefix}*.pt"):
-            suffix = path.stem[len(prefix):]
-            if suffix.isdigit():
-                found.append((int(suffix), path))
-        return [path for _, path in sorted(found)]
-
-    @property
-    def metrics(self) -> Path:
-        return self.run_dir / "metrics.jsonl"
-
-
-# --------------------------------------------------------------------------- stopping
-
-
-def stop_reason(recipe: Recipe, progress: Progress, epoch_done: bool = False) -> str:
-    cfg = recipe.train
-    if cfg.max_steps and progress.step >= cfg.max_steps:
-        return f"reached max_steps {cfg.max_steps}"
-    if cfg.max_epochs and (progress.epoch > cfg.max_epochs):
-        return f"reached max_epochs {cfg.max_epochs}"
-    if cfg.max_time and progress.elapsed >= cfg.max_time:
-        return f"reached max_time {cfg.max_time:g}s"
-    if cfg.patience and progress.validations_without_improvement >= cfg.patience:
-        return f"no improvement in {cfg.patience} validations (patience)"
-    return ""
-
-
-def training_complete(
-    recipe: Recipe, run_dir: Path, tokenizer: Tokenizer, data_fingerprints: dict[str, str]
-) -> str:
-    """Why the run in run_dir needs no more training under this recipe ('' if it does).
-
-    Raises ConfigError when the run cannot continue under this recipe at all."""
-    paths = RunPaths(run_dir)
-    if not paths.last.is_file():
-        return ""
-    bundle = load_checkpoint(paths.last)
-    check_same_run(bundle, recipe, tokenizer, data_fingerprints, run_dir)
-    return stop_reason(recipe, Progress(**bundle["train_state"]["progress"]))
-
-
-def check_same_run(
-    bundle: dict[str, Any],
-    recipe: Recipe,
-    tokenizer: Tokenizer,
-    data_fingerprints: dict[str, str],
-    run_dir: Path,
-) -> None:
-    """Refuse to continue a run whose model, tokenizer or training data changed."""
-    advice = "use --restart to train from scratch, or another --run-dir"
-    old, new = bundle["recipe"]["model"], recipe.to_dict()["model"]
-    if old != new:
-        changed = ", ".join(f"model.{k}" for k in new if old.get(k) != new[k])
-        raise ConfigError(
-            f"{run_dir}: the recipe's model section changed since this run started "
-            f"({changed}); {advice}"
-        )
-    if (bundle["spm_src"], bundle["spm_tgt"]) != (tokenizer.src_bytes, tokenizer.tgt_bytes):
-        raise ConfigError(f"{run_dir}: the tokenizer changed since this run started; {advice}")
-    if bundle["data_fingerprints"] != data_fingerprints:
-        raise ConfigError(
-            f"{run_dir}: the training data changed since this run started; {advice}"
-        )
-
-
 # --------------------------------------------------------------------------- the trainer
 
 
@@ -178,7 +77,7 @@ class Trainer:
         tokenizer: Tokenizer,
         data_dir: Path,
         data_fingerprints: dict[str, str],
-        device: str = "auto",
+        device: str | torch.device = "auto",
     ):
         self.recipe = recipe
         self.cfg = recipe.train
@@ -203,7 +102,7 @@ class Trainer:
             world_size=self.world_size,
         )
         self.sampler.set_epoch(1)  # epochs count from 1, as users read them
-        _seed_everything(self.cfg.seed)
+        seed_everything(self.cfg.seed)
         self.model = Transformer(
             recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID
         ).to(self.device)
@@ -223,6 +122,8 @@ class Trainer:
             fused=True,  # one kernel for all parameters: the per-tensor loop cost 10% a step
         )
         self.max_len = recipe.model.max_positions - 1  # tokens per side before EOS/BOS
+        self.metrics = MetricsLog(self.paths.metrics, enabled=self.rank == 0)
+        self.dev = self._dev_set()
         self.progress = Progress()
         self.signal_received = 0
         self.bad_steps = 0
@@ -236,14 +137,16 @@ class Trainer:
         bundle = load_checkpoint(self.paths.last, map_location="cpu")
         check_same_run(bundle, self.recipe, self.tokenizer, self.data_fingerprints,
                        self.paths.run_dir)
-        state = bundle["train_state"]
-        self.model.load_state_dict(bundle["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.progress = Progress(**state["progress"])
+        state = bundle.train_state
+        if state is None:
+            return False  # a model file put there by hand: nothing to resume
+        self.model.load_state_dict(bundle.weights)
+        self.optimizer.load_state_dict(state.optimizer)
+        self.progress = state.progress
         self.progress.finished = ""
         self.sampler.load_state_dict(self.progress.sampler)
-        _set_rng_states(state["rng"])
-        _truncate_metrics(self.paths.metrics, self.progress.step)
+        restore_rng_states(state.rng)
+        self.metrics.truncate(self.progress.step)
         log.info(
             "resuming from %s at step %d (epoch %d, %.0fs trained)",
             self.paths.last,
@@ -253,22 +156,18 @@ class Trainer:
         )
         return True
 
-    def _bundle(self, with_train_state: bool) -> dict[str, Any]:
+    def _bundle(self, with_train_state: bool) -> Bundle:
         train_state = None
         if with_train_state:
             self.progress.sampler = self.sampler.state_dict()
-            train_state = {
-                "optimizer": self.optimizer.state_dict(),
-                "progress": vars(self.progress).copy(),
-                "rng": _get_rng_states(),
-            }
-        return make_bundle(
-            {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-            self.recipe.to_dict(),
-            self.tokenizer.src_bytes,
-            self.tokenizer.tgt_bytes,
-            self.data_fingerprints,
-            train_state,
+            train_state = TrainState(self.optimizer.state_dict(), self.progress, rng_states())
+        return Bundle(
+            weights={k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            recipe=self.recipe,
+            spm_src=self.tokenizer.src_bytes,
+            spm_tgt=self.tokenizer.tgt_bytes,
+            data_fingerprints=self.data_fingerprints,
+            train_state=train_state,
         )
 
     def save(self, step_checkpoint: bool) -> None:
@@ -277,7 +176,7 @@ class Trainer:
         self.paths.checkpoints.mkdir(parents=True, exist_ok=True)
         bundle = self._bundle(with_train_state=True)
         if step_checkpoint and self.cfg.keep_last > 0:
-            save_checkpoint(self.paths.step(self.progress.step), without_train_state(bundle))
+            save_checkpoint(self.paths.step(self.progress.step), bundle.without_train_state())
             for old in self.paths.step_checkpoints()[: -self.cfg.keep_last]:
                 old.unlink(missing_ok=True)
         save_checkpoint(self.paths.last, bundle)
@@ -286,7 +185,7 @@ class Trainer:
 
     def fit(self) -> Progress:
         cfg = self.cfg
-        reason = stop_reason(self.recipe, self.progress)
+        reason = stop_reason(self.cfg, self.progress)
         if reason:
             log.info("training already complete (%s)", reason)
             self.progress.finished = reason
@@ -294,14 +193,14 @@ class Trainer:
         self.paths.run_dir.mkdir(parents=True, exist_ok=True)
         previous_handlers = self._install_signal_handlers()
         start = time.monotonic() - self.progress.elapsed
-        meter = _Meter()
+        meter = TrainMeter()
         batches = iter(self.sampler)
         bar = _progress_bar(cfg.max_steps, self.progress.step)
         try:
             while True:
                 group, batches = self._next_group(batches)
                 if group is None:  # the last epoch ended
-                    self.progress.finished = stop_reason(self.recipe, self.progress)
+                    self.progress.finished = stop_reason(self.cfg, self.progress)
                     break
                 self._update(group, meter)
                 self.progress.elapsed = time.monotonic() - start
@@ -311,7 +210,7 @@ class Trainer:
                 if step % cfg.valid_every == 0:
                     self._validate()
                 self.progress.elapsed = time.monotonic() - start
-                self.progress.finished = stop_reason(self.recipe, self.progress)
+                self.progress.finished = stop_reason(self.cfg, self.progress)
                 if self.progress.finished:
                     break
                 if step % cfg.save_every == 0:
@@ -352,7 +251,7 @@ class Trainer:
             if group:  # an update never spans two epochs
                 break
             self.progress.epoch += 1
-            if stop_reason(self.recipe, self.progress):
+            if stop_reason(self.cfg, self.progress):
                 return None, batches
             self.sampler.set_epoch(self.progress.epoch)
             batches = iter(self.sampler)
@@ -363,7 +262,7 @@ class Trainer:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def _update(self, group: list[list[int]], meter: _Meter) -> None:
+    def _update(self, group: list[list[int]], meter: TrainMeter) -> None:
         self.train_model.train()
         batches = [make_batch(self.train_data, indices, self.max_len) for indices in group]
         ntokens = sum(b.ntokens for b in batches)
@@ -409,7 +308,7 @@ class Trainer:
             grad_norm,
             self.bad_steps,
         )
-        self._write_metrics({"event": "skipped", "step": self.progress.step, "loss": str(loss)})
+        self.metrics.write({"event": "skipped", "step": self.progress.step, "loss": str(loss)})
         if self.bad_steps >= self.cfg.max_bad_steps:
             raise TrainingDiverged(
                 f"training stopped: {self.bad_steps} updates in a row had a non-finite loss; "
@@ -419,7 +318,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ reporting
 
-    def _log_train(self, meter: _Meter, bar) -> None:
+    def _log_train(self, meter: TrainMeter, bar) -> None:
         record = meter.flush()
         record.update(
             event="train",
@@ -427,7 +326,7 @@ class Trainer:
             epoch=self.progress.epoch,
             elapsed=round(self.progress.elapsed, 1),
         )
-        self._write_metrics(record)
+        self.metrics.write(record)
         text = (
             f"step {record['step']} | epoch {record['epoch']} | loss {record['loss']:.3f} | "
             f"nll {record['nll']:.3f} | lr {record['lr']:.2e} | gnorm {record['grad_norm']:.2f} | "
@@ -439,13 +338,6 @@ class Trainer:
         else:
             log.info(text)
 
-    def _write_metrics(self, record: dict[str, Any]) -> None:
-        if self.rank != 0:
-            return
-        self.paths.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.paths.metrics, "a", encoding="utf-8") as file:
-            file.write(json.dumps(record) + "\n")
-
     def _validate(self) -> None:
         """Dev loss (and BLEU); updates checkpoint_best.pt and the patience counter."""
         if self.valid_data is None:
@@ -453,7 +345,7 @@ class Trainer:
         result = evaluate_loss(
             self.model, self.valid_data, self.cfg.max_tokens, self.device, self.max_len
         )
-        if self.cfg.valid_bleu_lines > 0 and self.recipe.data.valid is not None:
+        if self.dev is not None:
             result["bleu"] = self._valid_bleu()
         result.update(
             event="valid",
@@ -470,10 +362,10 @@ class Trainer:
             self._save_model(self.paths.best)
         else:
             self.progress.validations_without_improvement += 1
-        if self.cfg.average_kind == "best":
+        if self.cfg.average.kind == "best":
             self._keep_if_among_best(score)
         result["best"] = improved
-        self._write_metrics(result)
+        self.metrics.write(result)
         bleu = f" | bleu {result['bleu']:.2f}" if "bleu" in result else ""
         log.info(
             "valid step %d | loss %.3f | nll %.3f | ppl %.2f%s%s",
@@ -492,7 +384,7 @@ class Trainer:
 
     def _keep_if_among_best(self, score: float) -> None:
         """Keep the K best-scoring validated models on disk for `train.average: best-K`."""
-        k, top, step = self.cfg.average_k, self.progress.top, self.progress.step
+        k, top, step = self.cfg.average.k, self.progress.top, self.progress.step
         if len(top) >= k and score <= top[-1][0]:
             return
         self._save_model(self.paths.top(step))
@@ -513,27 +405,23 @@ class Trainer:
             if path not in kept:
                 path.unlink(missing_ok=True)
 
-    def _valid_bleu(self) -> float:
+    def _dev_set(self) -> DevSet | None:
+        """The dev lines validation BLEU reads, read once (None: no BLEU)."""
         valid = self.recipe.data.valid
+        if valid is None or self.valid_data is None or self.cfg.valid_bleu_lines == 0:
+            return None
         n = min(self.cfg.valid_bleu_lines, len(self.valid_data))
-        sources = [self.valid_data.src(i)[: self.max_len].tolist() for i in range(n)]
-        hyps = translate_ids(
-            [self.model],
-            sources,
-            self.tokenizer,
-            self.cfg.max_tokens,
-            self.device,
-            self.recipe.decode.max_len_a,
-            self.recipe.decode.max_len_b,
-        )
-        refs = list(itertools.islice(read_lines(valid.tgt), n))
-        return corpus_scores(hyps, [refs], ("bleu",), tgt_lang=self.recipe.data.langs.tgt)[0].score
+        return DevSet.read(valid, self.recipe.data.langs.tgt, limit=n)
+
+    def _valid_bleu(self) -> float:
+        """Greedy dev BLEU through the same engine and Translator as `mtkit translate`."""
+        engine = TorchEngine([self.model], self.tokenizer, self.recipe, self.device)
+        translator = Translator(engine, greedy(self.recipe.decode), self.cfg.max_tokens)
+        return dev_bleu(translator, self.dev)
 
     # ------------------------------------------------------------------ signals
 
     def _install_signal_handlers(self) -> dict[int, Any]:
-        import threading
-
         if threading.current_thread() is not threading.main_thread():
             return {}
 
@@ -570,67 +458,9 @@ def evaluate_loss(
     return {"loss": loss_sum / ntokens, "nll": nll, "ppl": math.exp(min(nll, 50.0))}
 
 
-@torch.no_grad()
-def translate_ids(
-    models: list[Transformer],
-    sources: list[list[int]],
-    tokenizer: Tokenizer,
-    max_tokens: int,
-    device,
-    max_len_a: float,
-    max_len_b: int,
-) -> list[str]:
-    """Greedy translations of already-encoded sources (for validation BLEU)."""
-    from .translate import DecodeOptions, TorchEngine
-
-    for model in models:
-        model.eval()
-    engine = TorchEngine(models, device)
-    options = DecodeOptions(beam=1, max_len_a=max_len_a, max_len_b=max_len_b)
-    hyps: list[list[int]] = [[] for _ in sources]
-    for indices in token_batches([len(s) + 1 for s in sources], max_tokens):
-        for i, found in zip(indices, engine([sources[i] for i in indices], options)):
-            hyps[i] = found[0].tokens
-    return tokenizer.decode_tgt(hyps)
-
-
-class _Meter:
-    """Sums since the last log line."""
-
-    def __init__(self):
-        self.start = time.monotonic()
-        self.loss = self.nll = 0.0
-        self.ntokens = self.updates = 0
-        self.grad_norm = self.lr = 0.0
-
-    def add(self, loss: float, nll: float, ntokens: int, grad_norm: float, lr: float) -> None:
-        self.loss += loss
-        self.nll += nll
-        self.ntokens += ntokens
-        self.updates += 1
-        self.grad_norm += grad_norm
-        self.lr = lr
-
-    def flush(self) -> dict[str, float]:
-        seconds = max(time.monotonic() - self.start, 1e-9)
-        n, updates = max(self.ntokens, 1), max(self.updates, 1)
-        record = {
-            "loss": self.loss / n,
-            "nll": self.nll / n,
-            "ppl": math.exp(min(self.nll / n, 50.0)),
-            "lr": self.lr,
-            "grad_norm": self.grad_norm / updates,
-            "tgt_tokens_per_s": self.ntokens / seconds,
-        }
-        self.__init__()
-        return record
-
-
 def _progress_bar(total: int, initial: int):
     if not sys.stderr.isatty():
         return None
-    from tqdm import tqdm
-
     return tqdm(total=total or None, initial=initial, unit="step", file=sys.stderr, leave=True)
 
 
@@ -642,62 +472,26 @@ def _all_reduce_sum(value: int, device) -> int:
     return int(tensor.item())
 
 
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def _get_rng_states() -> dict[str, Any]:
-    states: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def _set_rng_states(states: dict[str, Any]) -> None:
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop records written after the checkpoint we resume from: they will be redone."""
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                kept.append(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash
-    from .checkpoint import atomic_write
-
-    atomic_write(path, lambda f: f.write("".join(k + "\n" for k in kept).encode()))
-
-
 def train(
     recipe: Recipe,
     run_dir: Path,
     tokenizer: Tokenizer,
     data_dir: Path,
     data_fingerprints: dict[str, str],
-    device: str = "auto",
+    device: str | torch.device = "auto",
     restart: bool = False,
 ) -> Progress:
     """Train (or resume) the run in run_dir; returns where it stopped."""
     trainer = Trainer(recipe, run_dir, tokenizer, data_dir, data_fingerprints, device)
-    for stale in RunPaths(run_dir).checkpoints.glob(".*.tmp"):  # left by a killed run
-        stale.unlink(missing_ok=True)
+    paths = trainer.paths
+    paths.remove_temporary_files()
     if restart:
-        _clear_run(RunPaths(run_dir))
+        paths.clear_training()
     else:
         trainer.resume()
     trainer.drop_stale_top_checkpoints()
     run_dir.mkdir(parents=True, exist_ok=True)
-    log_file = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    log_file = logging.FileHandler(paths.train_log, encoding="utf-8")
     log_file.setFormatter(logging.Formatter("%(asctime)s | %(message)s"))
     if trainer.rank == 0:
         log.addHandler(log_file)
@@ -710,7 +504,3 @@ def train(
         log_file.close()
 
 
-def _clear_run(paths: RunPaths) -> None:
-    for path in [paths.last, paths.best, *paths.step_checkpoints(), *paths.top_checkpoints(),
-                 paths.metrics]:
-        path.unlink(missing_ok=True)

@@ -16,7 +16,7 @@ from conftest import CLI_ENV, MTKIT
 from toy import bible_recipe
 
 from mtkit.checkpoint import load_checkpoint
-from mtkit.data import load_manifest
+from mtkit.manifest import load_manifest
 
 STEPS = 40
 TRAIN = {"max_steps": STEPS, "save_every": 2, "keep_last": 3, "valid_every": 10,
@@ -63,9 +63,9 @@ def test_sigkill_chaos_gives_bit_identical_weights(tmp_path):
     run = Path("runs") / "tiny" / "checkpoints"
     calm_last = load_checkpoint(calm / run / "checkpoint_last.pt")
     chaos_last = load_checkpoint(chaos / run / "checkpoint_last.pt")
-    assert chaos_last["train_state"]["progress"]["step"] == STEPS
-    for key, value in calm_last["model"].items():
-        assert torch.equal(value, chaos_last["model"][key]), key
+    assert chaos_last.train_state.progress.step == STEPS
+    for key, value in calm_last.weights.items():
+        assert torch.equal(value, chaos_last.weights[key]), key
     calm_top = sorted(p.name for p in (calm / run).glob("best_*.pt"))
     assert calm_top == sorted(p.name for p in (chaos / run).glob("best_*.pt"))
     assert len(calm_top) == 2

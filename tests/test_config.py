@@ -1,9 +1,25 @@
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
-from mtkit.config import Recipe, load_recipe, parse_duration, recipe_from_dict
+from mtkit.config import (
+    Average,
+    DataConfig,
+    DecodeConfig,
+    Langs,
+    ModelConfig,
+    Pair,
+    Recipe,
+    TokenizerConfig,
+    TrainConfig,
+    load_recipe,
+    parse_duration,
+    recipe_from_dict,
+    replace_checked,
+)
 from mtkit.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"
@@ -146,4 +162,166 @@ def test_average_setting(tmp_path, train, kind, k):
     """train.average_last (models trained before train.average) still loads."""
     text = BASE.replace("train: {max_time: 90m}", f"train: {train}")
     recipe = load_recipe(write_recipe(tmp_path, text))
-    assert (recipe.train.average_kind, recipe.train.average_k) == (kind, k)
+    assert (recipe.train.average.kind, recipe.train.average.k) == (kind, k)
+
+
+def test_average_parse_and_str_round_trip():
+    for text, value in [("last-5", Average("last", 5)), ("best-3", Average("best", 3)),
+                        ("none", Average("none"))]:
+        assert Average.parse(text) == value
+        assert str(value) == text
+    assert TrainConfig().average == Average("last", 5)
+    for bad in ("top-3", "last-0", "best-", "last-5 ", "", 5):
+        with pytest.raises(ValueError, match="expected best-K, last-K"):
+            Average.parse(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError) as info:
+        Average.parse("top-3")
+    assert str(info.value) == "expected best-K, last-K (K >= 1) or none, got 'top-3'"
+
+
+def test_to_dict_writes_average_as_its_yaml_spelling(tmp_path):
+    recipe = load_recipe(write_recipe(tmp_path, BASE))
+    assert recipe.to_dict()["train"]["average"] == "last-5"
+    assert yaml.safe_load(recipe.to_yaml())["train"]["average"] == "last-5"
+    best = load_recipe(write_recipe(tmp_path, BASE), ["train.average=best-2"])
+    assert best.train.average == Average("best", 2)
+    assert recipe_from_dict(best.to_dict(), name=best.name) == best
+
+
+def test_old_key_is_read_into_the_new_one(tmp_path):
+    text = BASE.replace("train: {max_time: 90m}", "train: {average_last: 3}")
+    recipe = load_recipe(write_recipe(tmp_path, text))
+    assert recipe.train.average == Average("last", 3)
+    assert "average_last" not in recipe.to_dict()["train"]
+    with pytest.raises(ConfigError) as info:
+        recipe_from_dict({"data": {"train": {"src": "a", "tgt": "b"}},
+                          "train": {"average": "none", "average_last": 2}})
+    assert str(info.value) == ("recipe: train.average_last is the old name of train.average; "
+                               "keep only train.average")
+
+
+def test_a_single_mapping_is_a_list_of_one(tmp_path):
+    text = BASE.replace("  test:\n    - {src: a.es, tgt: a.en}", "  test: {src: a.es, tgt: a.en}")
+    assert "test: {src" in text
+    recipe = load_recipe(write_recipe(tmp_path, text))
+    assert recipe.data.test == (Pair(tmp_path / "a.es", tmp_path / "a.en"),)
+    with pytest.raises(ConfigError, match="data.test: expected a list, got 'a.es'"):
+        load_recipe(write_recipe(tmp_path, text.replace("test: {src: a.es, tgt: a.en}",
+                                                        "test: a.es")))
+    # only lists of mappings: a list of numbers still wants a list
+    with pytest.raises(ConfigError, match="decode.tune_beam: expected a list, got 4"):
+        load_recipe(write_recipe(tmp_path, BASE + "decode: {tune_beam: 4}\n"))
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ("tokenizer: {vocab_size: 4}",
+         "tokenizer.vocab_size: 4 is out of range; expected between 8 and 1000000"),
+        ("model: {d_model: 64, heads: 4, dropout: 1.5}",
+         "model.dropout: 1.5 is out of range; expected between 0.0 and 0.99"),
+        ("train: {max_tokens: 8}", "train.max_tokens: 8 is out of range; expected at least 16"),
+        ("train: {max_time: -5}", "train.max_time: -5.0 is out of range; expected at least 0"),
+        ("decode: {tune_beam: [2, 0]}",
+         "decode.tune_beam[1]: 0 is out of range; expected between 1 and 1000"),
+        ("decode: {tune_lenpen: [1.0, 11]}",
+         "decode.tune_lenpen[1]: 11.0 is out of range; expected between 0.0 and 10.0"),
+        ("decode: {nbest: 0}", "decode.nbest: 0 is out of range; expected between 1 and 1000"),
+        ("decode: {beam: 2, nbest: 3}", "decode.nbest (3) must not exceed decode.beam (2)"),
+    ],
+)
+def test_ranges_and_checks(tmp_path, edit, message):
+    text = BASE.replace("model: {d_model: 64, heads: 4}", "").replace("train: {max_time: 90m}", "")
+    path = write_recipe(tmp_path, text + edit + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_recipe(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_ranges_are_declared_beside_their_fields():
+    meta = {f.name: f.metadata for f in dataclasses.fields(ModelConfig)}
+    assert meta["dropout"]["range"] == (0.0, 0.99)
+    assert {f.name: f.metadata for f in dataclasses.fields(DecodeConfig)}["nbest"]["range"] == (
+        1, 1000)
+
+
+def _is_numeric(tp) -> bool:
+    if typing.get_origin(tp) is tuple:
+        return all(_is_numeric(a) for a in typing.get_args(tp) if a is not Ellipsis)
+    return tp in (int, float)
+
+
+@pytest.mark.parametrize(
+    "cls", [Langs, Pair, DataConfig, TokenizerConfig, ModelConfig, TrainConfig, DecodeConfig]
+)
+def test_every_number_declares_a_range(cls):
+    hints = typing.get_type_hints(cls)
+    numeric = [f for f in dataclasses.fields(cls) if _is_numeric(hints[f.name])]
+    assert all("range" in f.metadata for f in numeric), [
+        f.name for f in numeric if "range" not in f.metadata
+    ]
+    if cls in (ModelConfig, TrainConfig, DecodeConfig):
+        assert numeric
+
+
+def test_sections_of_the_recipe_are_all_checked_above():
+    hints = typing.get_type_hints(Recipe)
+    sections = {hints[f.name] for f in dataclasses.fields(Recipe) if f.name != "name"}
+    assert sections == {DataConfig, TokenizerConfig, ModelConfig, TrainConfig, DecodeConfig}
+
+
+def test_nbest_defaults_to_one_and_follows_stop():
+    names = [f.name for f in dataclasses.fields(DecodeConfig)]
+    assert names[names.index("stop") + 1] == "nbest"
+    assert DecodeConfig().nbest == 1
+    recipe = recipe_from_dict({"data": {"train": {"src": "a", "tgt": "b"}},
+                               "decode": {"beam": 4, "nbest": 4}})
+    assert recipe.decode.nbest == 4
+
+
+def test_replace_checked_returns_a_replaced_copy():
+    base = DecodeConfig()
+    new = replace_checked(base, {"beam": 8, "lenpen": 1, "stop": None, "nbest": 2})
+    assert new == dataclasses.replace(base, beam=8, lenpen=1.0, nbest=2)
+    assert isinstance(new.lenpen, float)
+    assert new is not base and base.beam == 5
+    assert replace_checked(base, {"beam": None}) == base
+    train = replace_checked(TrainConfig(), {"max_time": "2h", "average": "best-3"})
+    assert (train.max_time, train.average) == (7200.0, Average("best", 3))
+    assert replace_checked(TrainConfig(), {"average": Average("none")}).average.kind == "none"
+
+
+@pytest.mark.parametrize(
+    "section, changes, names, message",
+    [
+        (DecodeConfig(), {"beam": 0}, {"beam": "--beam"},
+         "--beam 0: 0 is out of range; expected between 1 and 1000"),
+        (DecodeConfig(), {"beam": 0}, None,
+         "command line: decode.beam: 0 is out of range; expected between 1 and 1000"),
+        (DecodeConfig(), {"stop": "never"}, {"stop": "--stop"},
+         "--stop never: expected one of early, exact, got 'never'"),
+        (DecodeConfig(), {"stop": "never"}, {},
+         "command line: decode.stop: expected one of early, exact, got 'never'"),
+        (DecodeConfig(beam=2), {"nbest": 3}, {"nbest": "--nbest", "beam": "--beam"},
+         "--nbest (3) must not exceed --beam (2)"),
+        (DecodeConfig(), {"beam": 2, "nbest": 3}, None,
+         "command line: decode.nbest (3) must not exceed decode.beam (2)"),
+        (DecodeConfig(), {"tune_beam": (4, 0)}, {"tune_beam": "--tune-beam"},
+         "--tune-beam (4, 0): 0 is out of range; expected between 1 and 1000"),
+        (TrainConfig(), {"average": "top-3"}, {"average": "--average"},
+         "--average top-3: expected best-K, last-K (K >= 1) or none, got 'top-3'"),
+        (TrainConfig(), {"max_time": "soon"}, None,
+         "command line: train.max_time: expected seconds or a duration like 90m or 2h, "
+         "got 'soon'"),
+        (ModelConfig(), {"heads": 3}, {"heads": "--heads"},
+         "model.d_model (512) must be divisible by --heads (3)"),
+        (ModelConfig(), {"heads": 3}, {"d_model": "--d-model"},
+         "--d-model (512) must be divisible by model.heads (3)"),
+        (ModelConfig(), {"heads": 3}, {"dropout": "--dropout"},
+         "command line: model.d_model (512) must be divisible by model.heads (3)"),
+    ],
+)
+def test_replace_checked_errors(section, changes, names, message):
+    with pytest.raises(ConfigError) as info:
+        replace_checked(section, changes, names)
+    assert str(info.value) == message

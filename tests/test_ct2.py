@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from conftest import CLI_ENV, MTKIT
-from toy import reverse_recipe, reverse_task
+from toy import prepare, reverse_recipe, reverse_task
 
-from mtkit.config import recipe_from_dict
-from mtkit.pipeline import binarize_stage, data_fingerprints, tokenizer_stage
-from mtkit.train import RunPaths, train
-from mtkit.translate import DecodeOptions, Translator, load_models
+from mtkit.config import DecodeConfig, recipe_from_dict
+from mtkit.engine import TorchEngine
+from mtkit.run import RunPaths
+from mtkit.train import train
+from mtkit.translate import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -22,9 +22,8 @@ def reverse_model(tmp_path_factory):
     files = reverse_task(root / "data")
     recipe = recipe_from_dict(reverse_recipe(files, max_steps=250), name="reverse")
     run = root / "run"
-    tokenizer = tokenizer_stage(recipe, run)
-    manifest = binarize_stage(recipe, run)
-    train(recipe, run, tokenizer, run / "data", data_fingerprints(manifest), "cpu")
+    tokenizer, fingerprints = prepare(recipe, run)
+    train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
     return RunPaths(run).last, files["test"][0]
 
 
@@ -36,12 +35,10 @@ def test_exported_float32_greedy_equals_mtkit(reverse_model, tmp_path):
     ct2.export(model, out, "float32")
     assert ct2.is_exported_model(out)
     lines = test_src.read_text().splitlines()
-    options = DecodeOptions(beam=1, max_len_a=1.5, max_len_b=5)
+    settings = DecodeConfig(beam=1, max_len_a=1.5, max_len_b=5)
 
-    models, tokenizer, _ = load_models([model], torch.device("cpu"))
-    ours = Translator(models, tokenizer, options, torch.device("cpu")).translate(lines)
-    engine = ct2.CTranslate2Engine(out, "cpu", threads=1)
-    theirs = Translator(engine, engine.tokenizer, options).translate(lines)
+    ours = Translator(TorchEngine.load([model]), settings).search(lines)
+    theirs = Translator(ct2.CTranslate2Engine(out, "cpu", threads=1), settings).search(lines)
     assert [h[0].tokens for h in ours] == [h[0].tokens for h in theirs]
 
 

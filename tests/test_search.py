@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -58,7 +57,7 @@ class ScriptedModel:
 
     def __init__(self, next_probs: Callable[[int, tuple[int, ...]], Probs],
                  max_positions: int = 64) -> None:
-        self.cfg = SimpleNamespace(max_positions=max_positions)
+        self.max_positions = max_positions
         self.next_probs = next_probs
         self.rows_per_step: list[int] = []  # rows in each decode_step call
 
@@ -66,7 +65,7 @@ class ScriptedModel:
         return src.float().unsqueeze(-1), src == PAD  # memory (B, S, 1) carries the ids
 
     def init_cache(self, memory, src_pad_mask, max_len: int, beam: int) -> ScriptedCache:
-        assert max_len <= self.cfg.max_positions
+        assert max_len <= self.max_positions
         return ScriptedCache(memory[:, 0, 0].long(), max_len, beam)
 
     def decode_step(self, prev_tokens: torch.Tensor, cache: ScriptedCache) -> torch.Tensor:
@@ -77,7 +76,7 @@ class ScriptedModel:
         return self._logits(cache.keys, cache.history)
 
     def decode(self, tgt_in: torch.Tensor, memory, src_pad_mask) -> torch.Tensor:
-        assert tgt_in.size(1) <= self.cfg.max_positions
+        assert tgt_in.size(1) <= self.max_positions
         keys = memory[:, 0, 0].long()
         steps = [self._logits(keys, tgt_in[:, : i + 1]) for i in range(tgt_in.size(1))]
         return torch.stack(steps, dim=1)  # (B, T, V)

@@ -47,7 +47,7 @@ def test_signal_checkpoints_and_resumes(tmp_path, signum, code):
     assert len(message) == 1 and "resume" in message[0], rest
     assert "Traceback" not in rest
     last = tmp_path / "runs" / "tiny" / "checkpoints" / "checkpoint_last.pt"
-    step = load_checkpoint(last)["train_state"]["progress"]["step"]
+    step = load_checkpoint(last).train_state.progress.step
     assert step >= 3
 
     resumed = subprocess.run(

@@ -8,19 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_mtkit
-from toy import bible_recipe, reverse_recipe, reverse_task
+from toy import bible_recipe, prepare, reverse_recipe, reverse_task
 
 from mtkit.checkpoint import average_checkpoints
 from mtkit.config import load_recipe, recipe_from_dict
-from mtkit.pipeline import binarize_stage, data_fingerprints, tokenizer_stage
-from mtkit.train import RunPaths, Trainer, TrainingDiverged, train
-from mtkit.translate import DecodeOptions, Translator, load_models
-
-
-def prepare(recipe, run_dir: Path):
-    tokenizer = tokenizer_stage(recipe, run_dir)
-    manifest = binarize_stage(recipe, run_dir)
-    return tokenizer, data_fingerprints(manifest)
+from mtkit.run import RunPaths
+from mtkit.train import Trainer, TrainingDiverged, train
+from mtkit.translate import Translator
 
 
 def test_reverse_task_canary(tmp_path):
@@ -31,11 +25,10 @@ def test_reverse_task_canary(tmp_path):
     tokenizer, fingerprints = prepare(recipe, run_dir)
     train(recipe, run_dir, tokenizer, run_dir / "data", fingerprints, device="cpu")
 
-    models, tok, _ = load_models([RunPaths(run_dir).last], torch.device("cpu"))
-    translator = Translator(models, tok, DecodeOptions(beam=1), torch.device("cpu"))
+    translator = Translator.load(RunPaths(run_dir).last, device="cpu", beam=1)
     sources = files["test"][0].read_text().splitlines()
     targets = files["test"][1].read_text().splitlines()
-    outputs = translator.format(translator.translate(sources), 0)
+    outputs = translator.translate(sources)
     accuracy = sum(o == t for o, t in zip(outputs, targets)) / len(targets)
     assert accuracy >= 0.8, f"reverse accuracy {accuracy:.2f}: {outputs[:3]} vs {targets[:3]}"
 
@@ -171,7 +164,7 @@ def test_pipeline_averages_the_best_k(tmp_path):
     done = run_mtkit(["average", "--best", str(run), "-o", "avg.pt"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     averaged = _weights(tmp_path / "avg.pt")
-    reference = average_checkpoints(kept)["model"]
+    reference = average_checkpoints(kept).weights
     assert all(torch.equal(averaged[k], reference[k]) for k in reference)
 
 

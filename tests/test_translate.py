@@ -22,8 +22,9 @@ import torch
 from toy import DATA
 
 from mtkit.checkpoint import average_checkpoints
-from mtkit.train import RunPaths
-from mtkit.translate import DecodeOptions, Translator, load_models
+from mtkit.engine import TorchEngine, quantize_int8
+from mtkit.run import RunPaths
+from mtkit.translate import Translator
 
 
 def output_lines(stdout: str) -> list[str]:
@@ -157,12 +158,9 @@ def test_batched_output_equals_one_by_one(thousand, model):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        models, tokenizer, recipe = load_models([model], torch.device("cpu"))
-        options = DecodeOptions(beam=1, max_len_a=recipe.decode.max_len_a,
-                                max_len_b=recipe.decode.max_len_b)
-        translator = Translator(models, tokenizer, options, torch.device("cpu"))
+        translator = Translator.load(model, device="cpu", beam=1)
         sample = [i for i in range(0, 1000, 19) if lines[i].strip()] + [998, 999]
-        alone = {i: translator.format(translator.translate([lines[i]]), 0)[0] for i in sample}
+        alone = {i: translator.translate([lines[i]])[0] for i in sample}
     finally:
         torch.set_num_threads(threads)
     assert {i: out[i] for i in sample} == alone
@@ -260,7 +258,7 @@ def test_average_last_two_then_translate(tiny_run, tmp_path, mtkit_cli):
     assert result.returncode == 0, result.stderr
     averaged = torch.load(tmp_path / "avg.pt", weights_only=True)["model"]
     last_two = RunPaths(tiny_run.run_dir).step_checkpoints()[-2:]
-    reference = average_checkpoints(last_two)["model"]
+    reference = average_checkpoints(last_two).weights
     assert averaged.keys() == reference.keys()
     assert all(torch.equal(averaged[k], reference[k]) for k in averaged)
 
@@ -346,14 +344,13 @@ def test_closed_stdout_exit_code_is_141(closed_stdout):
 
 
 def test_int8_quantisation_keeps_the_line_contract_and_the_model(model, mtkit_cli, tmp_path):
-    from mtkit.translate import quantize_int8
-
     result = mtkit_cli(["translate", "-m", model, "--beam", "2", "--quantize", "int8"],
                        cwd=tmp_path, input=b"".join(line + b"\n" for line in HOSTILE))
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("\n") == len(HOSTILE)
 
-    models, tokenizer, _ = load_models([model], torch.device("cpu"))
+    engine = TorchEngine.load([model])
+    models, tokenizer = engine.models, engine.tokenizer
     quantized = quantize_int8(models[0])
     assert not isinstance(quantized.out_proj, torch.nn.Linear)  # the linears were replaced
     src = torch.tensor([tokenizer.encode_src(["Y dijo Dios: Sea la luz."])[0] + [3]])

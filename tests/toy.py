@@ -6,7 +6,13 @@ import random
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
+
+from mtkit.config import Recipe
+from mtkit.pipeline import PipelineRun, binarize_stage, tokenizer_stage
+from mtkit.run import RunPaths
+from mtkit.tokenizer import Tokenizer
 
 DATA = Path(__file__).parent / "data"
 LETTERS = "abcdefghij"
@@ -91,3 +97,12 @@ def bible_recipe(
     directory.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     return path
+
+
+def prepare(recipe: Recipe, run_dir: Path) -> tuple[Tokenizer, dict[str, str]]:
+    """Run the tokenizer and binarize stages into run_dir: the tokenizer and the training
+    data fingerprints that `train.train` takes."""
+    run = PipelineRun(recipe, RunPaths(run_dir), torch.device("cpu"))
+    tokenizer_stage(run)
+    binarize_stage(run)
+    return run.tokenizer, run.manifest.training_fingerprints()

@@ -5,28 +5,20 @@ import json
 import multiprocessing
 import os
 import shutil
+import stat
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
-from mtkit.data import (
-    BatchSampler,
-    ParallelData,
-    _Encoder,
-    binarize,
-    count_lines,
-    file_fingerprint,
-    load_manifest,
-    make_batch,
-    read_lines,
-    token_batches,
-)
-from mtkit.errors import DataError
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from mtkit.atomic import atomic_write, atomic_write_json, old_dir, recover_dir, replace_dir
+from mtkit.binarize import _Encoder, binarize
+from mtkit.dataset import ParallelData
+from mtkit.errors import ConfigError, DataError, OutputError
+from mtkit.manifest import Manifest, SourceFile, SplitInfo, load_manifest
+from mtkit.textio import file_fingerprint
+from mtkit.tokenizer import UNK_ID, Tokenizer
 
 
 def _lines(path: Path) -> list[str]:
@@ -48,45 +40,6 @@ def binarized(tokenizer: Tokenizer, splits, tmp_path_factory: pytest.TempPathFac
     return out
 
 
-# --------------------------------------------------------------------------- text files
-
-
-def test_read_lines_strips_only_the_terminator(tmp_path: Path) -> None:
-    path = tmp_path / "x.txt"
-    path.write_bytes(b"\xef\xbb\xbf one \r\nsplit\xe2\x80\xa8not\n\n  last  ")
-    expected = [" one ", "split\u2028not", "", "  last  "]  # BOM gone, U+2028 kept inside
-    assert list(read_lines(path)) == expected
-    assert count_lines(path) == 4
-    gz = tmp_path / "x.txt.gz"
-    gz.write_bytes(gzip.compress(path.read_bytes()))
-    assert list(read_lines(gz)) == expected and count_lines(gz) == 4
-    (tmp_path / "empty.txt").write_bytes(b"")
-    assert count_lines(tmp_path / "empty.txt") == 0
-
-
-def test_read_lines_errors(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.txt"
-    bad.write_bytes(b"ok\nok\nma\xf1ana\n")
-    with pytest.raises(DataError, match=r"bad\.txt:3: invalid UTF-8 .*fix or re-encode the file"):
-        list(read_lines(bad))
-    with pytest.raises(DataError, match=r"missing\.txt: not found"):
-        list(read_lines(tmp_path / "missing.txt"))
-    truncated = tmp_path / "t.gz"
-    truncated.write_bytes(gzip.compress(b"hello\n" * 1000)[:40])
-    with pytest.raises(DataError, match=r"t\.gz: cannot read"):
-        list(read_lines(truncated))
-
-
-def test_file_fingerprint(tmp_path: Path, data_dir: Path) -> None:
-    copy = tmp_path / "copy"
-    shutil.copy(data_dir / "dev.en", copy)
-    assert file_fingerprint(copy) == file_fingerprint(data_dir / "dev.en")
-    assert file_fingerprint(copy) != file_fingerprint(data_dir / "dev.es")
-
-
-# --------------------------------------------------------------------------- binarize
-
-
 def test_round_trip(binarized: Path, tokenizer: Tokenizer, splits) -> None:
     for split, (src, tgt) in splits.items():
         data = ParallelData(binarized, split)
@@ -104,20 +57,17 @@ def test_round_trip(binarized: Path, tokenizer: Tokenizer, splits) -> None:
 
 def test_manifest(binarized: Path, tokenizer: Tokenizer, splits) -> None:
     manifest = load_manifest(binarized)
-    assert manifest == json.loads((binarized / "manifest.json").read_text())
-    assert (manifest["format"], manifest["version"], manifest["dtype"]) == (
-        "mtkit-bin",
-        1,
-        "uint16",
-    )
-    assert manifest["tokenizer"] == tokenizer.fingerprint()
-    train = manifest["splits"]["train"]
-    assert train["lines"] == train["pairs"] == 300
-    assert train["dropped"] == {"empty": 0, "too_long": 0, "ratio": 0}
-    assert train["src_tokens"] == (binarized / "train.src.bin").stat().st_size // 2
-    assert train["src"]["path"] == str(splits["train"][0].resolve())
-    assert train["tgt"]["fingerprint"] == file_fingerprint(splits["train"][1])
-    assert not manifest["splits"]["dev"]["filtered"]
+    raw = json.loads((binarized / "manifest.json").read_text())
+    assert manifest.to_dict() == raw
+    assert (raw["format"], raw["version"], manifest.dtype) == ("mtkit-bin", 1, "uint16")
+    assert manifest.tokenizer == tokenizer.fingerprint()
+    train = manifest.splits["train"]
+    assert train.lines == train.pairs == 300
+    assert train.dropped == {"empty": 0, "too_long": 0, "ratio": 0}
+    assert train.src_tokens == (binarized / "train.src.bin").stat().st_size // 2
+    assert train.src.path == str(splits["train"][0].resolve())
+    assert train.tgt.fingerprint == file_fingerprint(splits["train"][1])
+    assert not manifest.splits["dev"].filtered
     names = {p.name for p in binarized.iterdir()}
     assert names == {"manifest.json"} | {
         f"{s}.{side}.{ext}" for s in splits for side in ("src", "tgt") for ext in ("bin", "idx")
@@ -161,9 +111,9 @@ def test_filters_are_counted_by_reason(
     manifest = binarize(
         tokenizer, {"train": (src, tgt), "dev": (src, tgt)}, tmp_path / "out", workers=1, max_len=40
     )
-    train = manifest["splits"]["train"]
-    assert train["dropped"] == {"empty": 2, "too_long": 1, "ratio": 1}
-    assert train["pairs"] == 2 and train["lines"] == 6
+    train = manifest.splits["train"]
+    assert train.dropped == {"empty": 2, "too_long": 1, "ratio": 1}
+    assert train.pairs == 2 and train.lines == 6
     kept = ParallelData(tmp_path / "out", "train")
     assert [kept.tgt(i).tolist() for i in range(2)] == tokenizer.encode_tgt(
         [pairs[0][1], pairs[5][1]]
@@ -268,7 +218,7 @@ def test_recovery_after_a_crash_mid_swap(tokenizer: Tokenizer, splits, tmp_path:
     stale = tmp_path / "data.partial-999999999"
     stale.mkdir()
     (stale / "dev.src.bin").write_bytes(b"half")
-    assert load_manifest(out)["splits"].keys() == {"dev"}
+    assert load_manifest(out).splits.keys() == {"dev"}
     assert _snapshot(out) == expected and not (tmp_path / "data.old").exists()
 
     # nothing complete: only a partial dir
@@ -283,7 +233,7 @@ def test_recovery_after_a_crash_mid_swap(tokenizer: Tokenizer, splits, tmp_path:
     shutil.copytree(out, tmp_path / "data.old")
     binarize(tokenizer, {"dev": splits["dev"]}, out, workers=1)
     assert _siblings(out) == ["data", "elsewhere"]
-    assert load_manifest(out)["splits"].keys() == {"dev"}
+    assert load_manifest(out).splits.keys() == {"dev"}
 
 
 def _binarize_forever(tokenizer: Tokenizer, splits, out: Path) -> None:
@@ -325,116 +275,152 @@ def test_parallel_data_errors(binarized: Path, tmp_path: Path) -> None:
         ParallelData(copy, "dev")
 
 
-# --------------------------------------------------------------------------- batching
+def test_bad_split_names_are_config_errors(tokenizer: Tokenizer, splits, tmp_path: Path) -> None:
+    out = tmp_path / "data"
+    with pytest.raises(ConfigError, match="^binarize needs at least one split$"):
+        binarize(tokenizer, {}, out, workers=1)
+    with pytest.raises(ConfigError, match=r"^split name 'a/b': use letters, digits, '_' or '-'$"):
+        binarize(tokenizer, {"a/b": splits["dev"]}, out, workers=1)
+    assert not out.exists()
 
 
-@pytest.fixture(scope="module")
-def lengths() -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0)
-    src = rng.integers(0, 60, size=500)
-    tgt = rng.integers(1, 60, size=500)
-    src[7] = 400  # longer than the whole budget: a batch of its own
-    return src, tgt
+# --------------------------------------------------------------------------- manifest
 
 
-def _epoch(sampler: BatchSampler, epoch: int) -> list[list[int]]:
-    sampler.set_epoch(epoch)
-    return list(sampler)
+def _manifest() -> Manifest:
+    def split(lines: int, filtered: bool) -> SplitInfo:
+        return SplitInfo(
+            lines=lines,
+            pairs=lines - 3 * filtered,
+            src_tokens=10 * lines,
+            tgt_tokens=11 * lines,
+            filtered=filtered,
+            dropped={"empty": 1 * filtered, "too_long": 2 * filtered, "ratio": 0},
+            src=SourceFile(f"/corpus/{lines}.es", "ab" * 20),
+            tgt=SourceFile(f"/corpus/{lines}.en", "cd" * 20),
+        )
+
+    return Manifest("uint16", "f" * 64, 255, 3.0, {"train": split(9, True), "dev": split(4, False)})
 
 
-def test_batches_respect_the_budget_and_cover_every_pair(lengths) -> None:
-    src, tgt = lengths
-    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
-    batches = _epoch(sampler, 0)
-    assert len(batches) == len(sampler)
-    assert sorted(i for b in batches for i in b) == list(range(500))
-    for batch in batches:
-        width = max(max(src[i], tgt[i]) + 1 for i in batch)
-        assert len(batch) * width <= 300 or batch == [7]
-    assert [7] in batches
+def test_manifest_round_trip_and_file_format(tmp_path: Path) -> None:
+    manifest = _manifest()
+    assert Manifest.from_dict(manifest.to_dict(), "here") == manifest
+    manifest.write(tmp_path)
+    assert load_manifest(tmp_path) == manifest
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # no temp file left
+    text = (tmp_path / "manifest.json").read_text(encoding="utf-8")
+    # the file format: these keys in this order, indent 2, a final newline
+    assert text.startswith(
+        '{\n  "format": "mtkit-bin",\n  "version": 1,\n  "dtype": "uint16",\n'
+        f'  "tokenizer": "{"f" * 64}",\n  "max_len": 255,\n  "max_ratio": 3.0,\n'
+        '  "splits": {\n    "train": {\n      "lines": 9,\n      "pairs": 6,\n'
+        '      "src_tokens": 90,\n      "tgt_tokens": 99,\n      "filtered": true,\n'
+        '      "dropped": {\n        "empty": 1,\n        "too_long": 2,\n        "ratio": 0\n'
+        '      },\n      "src": {\n        "path": "/corpus/9.es",\n'
+        f'        "fingerprint": "{"ab" * 20}"\n      }},\n'
+    )
+    assert text.endswith("}\n    }\n  }\n}\n")
+    assert text == json.dumps(manifest.to_dict(), indent=2) + "\n"
 
 
-def test_epochs_differ_but_are_reproducible(lengths) -> None:
-    src, tgt = lengths
-    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
-    first, second = _epoch(sampler, 0), _epoch(sampler, 1)
-    assert first != second
-    assert _epoch(BatchSampler(src, tgt, max_tokens=300, seed=3), 1) == second
-    assert _epoch(BatchSampler(src, tgt, max_tokens=300, seed=4), 1) != second
+def test_binarised_manifest_is_rewritten_byte_for_byte(binarized: Path, tmp_path: Path) -> None:
+    manifest = load_manifest(binarized)
+    manifest.write(tmp_path)
+    assert (tmp_path / "manifest.json").read_bytes() == (binarized / "manifest.json").read_bytes()
 
 
-def test_restoring_a_position_continues_the_same_sequence(lengths) -> None:
-    src, tgt = lengths
-    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
-    sampler.set_epoch(2)
-    iterator = iter(sampler)
-    seen = [next(iterator) for _ in range(5)]
-    state = sampler.state_dict()
-    assert state == {"epoch": 2, "position": 5}
-    rest = list(iterator)
-    assert sampler.state_dict() == {"epoch": 3, "position": 0}  # a finished epoch moves on
-    next_epoch = list(sampler)
-
-    restored = BatchSampler(src, tgt, max_tokens=300, seed=3)
-    restored.load_state_dict(state)
-    restored.set_epoch(2)  # a training loop calls this on resume; it must keep the position
-    assert list(restored) == rest
-    restored.set_epoch(3)
-    assert list(restored) == next_epoch
-    assert seen + rest == _epoch(BatchSampler(src, tgt, 300, seed=3), 2)
+def test_training_fingerprints(binarized: Path, tokenizer: Tokenizer, splits) -> None:
+    assert load_manifest(binarized).training_fingerprints() == {
+        "tokenizer": tokenizer.fingerprint(),
+        "train.src": file_fingerprint(splits["train"][0]),
+        "train.tgt": file_fingerprint(splits["train"][1]),
+    }
+    without_train = Manifest("uint16", "f" * 64, 255, 3.0, {"dev": _manifest().splits["dev"]})
+    with pytest.raises(DataError, match=r"no 'train' split \(has: dev\)"):
+        without_train.training_fingerprints()
 
 
-def test_sharding(lengths) -> None:
-    src, tgt = lengths
-    full = _epoch(BatchSampler(src, tgt, max_tokens=300, seed=3), 0)
-    shards = [
-        _epoch(BatchSampler(src, tgt, max_tokens=300, seed=3, rank=r, world_size=2), 0)
-        for r in (0, 1)
-    ]
-    assert len(shards[0]) == len(shards[1]) == len(full) // 2
-    assert not {i for b in shards[0] for i in b} & {i for b in shards[1] for i in b}
-    usable = full[: 2 * (len(full) // 2)]  # truncated so both ranks get as many batches
-    assert sorted(shards[0] + shards[1]) == sorted(usable)
-    assert shards[0] == usable[0::2] and shards[1] == usable[1::2]
+def test_malformed_foreign_and_newer_manifests(tmp_path: Path) -> None:
+    path = tmp_path / "manifest.json"
+    good = _manifest().to_dict()
+    assert load_manifest(tmp_path) is None  # no manifest
+    for foreign in ("{not json", "[1, 2]", json.dumps({**good, "format": "other"})):
+        path.write_text(foreign, encoding="utf-8")
+        assert load_manifest(tmp_path) is None
+
+    path.write_text(json.dumps({**good, "version": 2}), encoding="utf-8")
+    with pytest.raises(DataError, match=r"binarised by a newer mtkit \(format version 2\)"):
+        load_manifest(tmp_path)
+    with pytest.raises(DataError, match="binarised by a newer mtkit"):
+        ParallelData(tmp_path, "train")
+
+    missing = {k: v for k, v in good.items() if k != "dtype"}
+    bad_split = json.loads(json.dumps(good))
+    bad_split["splits"]["dev"]["lines"] = "4"
+    for raw, detail in ((missing, "no 'dtype'"), (bad_split, "split 'dev': 'lines' must be")):
+        path.write_text(json.dumps(raw), encoding="utf-8")
+        with pytest.raises(DataError, match=f"manifest.json is malformed \\({detail}"):
+            load_manifest(tmp_path)
+    with pytest.raises(DataError, match=r"^here: manifest.json does not describe mtkit"):
+        Manifest.from_dict([], "here")
 
 
-def test_unshuffled_batches_are_sorted_and_fixed(lengths) -> None:
-    src, tgt = lengths
-    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3, shuffle=False)
-    first, again = list(sampler), list(sampler)  # reusable, e.g. for every validation
-    assert first == again == _epoch(BatchSampler(src, tgt, 300, seed=9, shuffle=False), 5)
-    widths = [max(max(src[i], tgt[i]) for i in b) for b in first]
-    assert widths == sorted(widths)
+# --------------------------------------------------------------------------- atomic writes
 
 
-def test_token_batches() -> None:
-    lengths = [5, 50, 0, 12, 12, 7, 200, 3]
-    batches = token_batches(lengths, max_tokens=60)
-    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    assert batches[0] == [6]  # longest first; too long for the budget, so alone
-    for batch in batches:
-        assert len(batch) * max(lengths[i] for i in batch) <= 60 or len(batch) == 1
-    order = [i for b in batches for i in b]
-    assert [lengths[i] for i in order] == sorted(lengths, reverse=True)
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> None:
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"previous")
+
+    def fail(file) -> None:
+        file.write(b"half of the new")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OutputError) as info:
+        atomic_write(path, fail)
+    assert str(info.value) == (
+        f"{path}: cannot write (No space left on device); the previous file, if any, is intact"
+    )
+    assert path.read_bytes() == b"previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.bin"]  # the temp file is gone
+
+    with pytest.raises(OutputError, match="cannot write"):  # no parent directories made
+        atomic_write_json(tmp_path / "missing" / "x.json", {})
+    assert not (tmp_path / "missing").exists()
 
 
-def test_make_batch(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    src, tgt = tmp_path / "s", tmp_path / "t"
-    src.write_text("y fue la luz\n\nen el principio crió Dios\n", encoding="utf-8")
-    tgt.write_text("and there was light\nempty source\n\n", encoding="utf-8")
-    binarize(tokenizer, {"dev": (src, tgt)}, tmp_path / "out", workers=1)
-    data = ParallelData(tmp_path / "out", "dev")
-    batch = make_batch(data, [0, 1, 2])
-    s_len, t_len = data.src_lens.tolist(), data.tgt_lens.tolist()
-    assert batch.src.shape == (3, max(s_len) + 1) and batch.src.dtype == torch.long
-    assert batch.tgt_in.shape == batch.tgt_out.shape == (3, max(t_len) + 1)
-    assert batch.ntokens == sum(t_len) + 3 == int((batch.tgt_out != PAD_ID).sum())
-    for row in range(3):
-        ids, n = data.src(row).tolist(), s_len[row]
-        assert batch.src[row].tolist() == ids + [EOS_ID] + [PAD_ID] * (batch.src.shape[1] - n - 1)
-        ids, m = data.tgt(row).tolist(), t_len[row]
-        pad = [PAD_ID] * (batch.tgt_out.shape[1] - m - 1)
-        assert batch.tgt_in[row].tolist() == [BOS_ID] + ids + pad
-        assert batch.tgt_out[row].tolist() == ids + [EOS_ID] + pad
-    assert batch.src[1].tolist()[:1] == [EOS_ID]  # empty source line: EOS only
-    assert len(batch.to("cpu")) == 3
+def test_atomic_write_gives_a_plain_file_mode(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"")
+    atomic_write_json(tmp_path / "x.json", {"a": 1})
+    assert (tmp_path / "x.json").read_text(encoding="utf-8") == '{\n  "a": 1\n}\n'
+    mode = stat.S_IMODE((tmp_path / "x.json").stat().st_mode)
+    assert mode == stat.S_IMODE(plain.stat().st_mode)  # what open() gives, not mkstemp's 0600
+
+
+def test_replace_dir_and_recovery_from_a_crash_between_the_renames(tmp_path: Path) -> None:
+    out, old = tmp_path / "export", old_dir(tmp_path / "export")
+    assert old == tmp_path / "export.old"
+
+    def build(name: str, content: str) -> Path:
+        partial = tmp_path / name
+        partial.mkdir()
+        (partial / "file").write_text(content)
+        return partial
+
+    replace_dir(build("p1", "first"), out)  # no previous OUT
+    replace_dir(build("p2", "second"), out)
+    assert (out / "file").read_text() == "second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+    # a crash after OUT -> OUT.old, before PARTIAL -> OUT: only OUT.old (and PARTIAL) remain
+    build("p3", "third")
+    os.replace(out, old)
+    recover_dir(out)
+    assert (out / "file").read_text() == "second" and not old.exists()
+    recover_dir(out)  # nothing to do: a no-op
+    assert (out / "file").read_text() == "second"
+    shutil.rmtree(out)
+    recover_dir(out)  # neither exists: still a no-op
+    assert not out.exists() and not old.exists()

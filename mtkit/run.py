@@ -1,0 +1,257 @@
+"""A training run's state outside the update loop: where its files are, when it stops,
+whether it may continue, its metrics file and its random-number generators.
+
+The run directory (RUN_DIR, `runs/RECIPE_STEM` by default):
+
+    recipe.name, recipe.yaml   which recipe owns the directory; the resolved recipe
+    tokenizer/                 spm*.model + stamp.json
+    data/                      binarised splits + manifest.json (manifest.py)
+    checkpoints/               checkpoint_last.pt (resumable), checkpoint_best.pt,
+                               checkpoint_N.pt (last K), best_N.pt (for best-K averaging)
+    metrics.jsonl, train.log   one JSON record per log / validation line; the log
+    model.pt, model.stamp.json the model `translate` uses, and how it was chosen
+    eval/                      test-set hypotheses and scores.json
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .atomic import atomic_write_bytes
+from .checkpoint import Bundle, Progress, load_checkpoint
+from .config import Recipe, TrainConfig
+from .errors import ConfigError
+from .tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    run_dir: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def last(self) -> Path:
+        return self.checkpoints / "checkpoint_last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.checkpoints / "checkpoint_best.pt"
+
+    def step(self, step: int) -> Path:
+        return self.checkpoints / f"checkpoint_{step}.pt"
+
+    def top(self, step: int) -> Path:
+        return self.checkpoints / f"best_{step}.pt"
+
+    def step_checkpoints(self) -> list[Path]:
+        """Step checkpoints, oldest first."""
+        return self._numbered("checkpoint_")
+
+    def top_checkpoints(self) -> list[Path]:
+        """The best-K checkpoints kept for `train.average: best-K`, oldest first."""
+        return self._numbered("best_")
+
+    def _numbered(self, prefix: str) -> list[Path]:
+        found = []
+        for path in self.checkpoints.glob(f"{prefix}*.pt"):
+            suffix = path.stem[len(prefix):]
+            if suffix.isdigit():
+                found.append((int(suffix), path))
+        return [path for _, path in sorted(found)]
+
+    @property
+    def metrics(self) -> Path:
+        return self.run_dir / "metrics.jsonl"
+
+    @property
+    def train_log(self) -> Path:
+        return self.run_dir / "train.log"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.run_dir / "tokenizer"
+
+    @property
+    def data(self) -> Path:
+        return self.run_dir / "data"
+
+    @property
+    def model(self) -> Path:
+        return self.run_dir / "model.pt"
+
+    @property
+    def model_stamp(self) -> Path:
+        return self.run_dir / "model.stamp.json"
+
+    @property
+    def eval(self) -> Path:
+        return self.run_dir / "eval"
+
+    @property
+    def recipe_name(self) -> Path:
+        return self.run_dir / "recipe.name"
+
+    @property
+    def recipe_yaml(self) -> Path:
+        return self.run_dir / "recipe.yaml"
+
+    def clear_training(self) -> None:
+        """--restart: forget the training state (the tokenizer and data stay)."""
+        for path in [self.last, self.best, *self.step_checkpoints(), *self.top_checkpoints(),
+                     self.metrics]:
+            path.unlink(missing_ok=True)
+
+    def remove_temporary_files(self) -> None:
+        """Checkpoint temp files a killed run left (atomic.atomic_write's `.NAME.*.tmp`)."""
+        for stale in self.checkpoints.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+def stop_reason(cfg: TrainConfig, progress: Progress) -> str:
+    """Why training must stop now ('' while it may go on)."""
+    if cfg.max_steps and progress.step >= cfg.max_steps:
+        return f"reached max_steps {cfg.max_steps}"
+    if cfg.max_epochs and (progress.epoch > cfg.max_epochs):
+        return f"reached max_epochs {cfg.max_epochs}"
+    if cfg.max_time and progress.elapsed >= cfg.max_time:
+        return f"reached max_time {cfg.max_time:g}s"
+    if cfg.patience and progress.validations_without_improvement >= cfg.patience:
+        return f"no improvement in {cfg.patience} validations (patience)"
+    return ""
+
+
+# --------------------------------------------------------------------------- continuing
+
+
+def check_same_run(bundle: Bundle, recipe: Recipe, tokenizer: Tokenizer,
+                   data_fingerprints: dict[str, str], run_dir: Path) -> None:
+    """Refuse to continue a run whose model, tokenizer or training data changed."""
+    advice = "use --restart to train from scratch, or another --run-dir"
+    old, new = bundle.recipe.model, recipe.model
+    if old != new:
+        changed = ", ".join(f"model.{k}" for k, v in vars(new).items() if getattr(old, k) != v)
+        raise ConfigError(
+            f"{run_dir}: the recipe's model section changed since this run started "
+            f"({changed}); {advice}"
+        )
+    if (bundle.spm_src, bundle.spm_tgt) != (tokenizer.src_bytes, tokenizer.tgt_bytes):
+        raise ConfigError(f"{run_dir}: the tokenizer changed since this run started; {advice}")
+    if bundle.data_fingerprints != data_fingerprints:
+        raise ConfigError(
+            f"{run_dir}: the training data changed since this run started; {advice}"
+        )
+
+
+def training_complete(recipe: Recipe, run_dir: Path, tokenizer: Tokenizer,
+                      data_fingerprints: dict[str, str]) -> str:
+    """Why the run in run_dir needs no more training under this recipe ('' if it does).
+
+    Raises ConfigError when the run cannot continue under this recipe at all."""
+    paths = RunPaths(run_dir)
+    if not paths.last.is_file():
+        return ""
+    bundle = load_checkpoint(paths.last)
+    check_same_run(bundle, recipe, tokenizer, data_fingerprints, run_dir)
+    if bundle.train_state is None:
+        return ""
+    return stop_reason(recipe.train, bundle.train_state.progress)
+
+
+# --------------------------------------------------------------------------- metrics.jsonl
+
+
+class MetricsLog:
+    """RUN_DIR/metrics.jsonl: one JSON record per line, appended as training goes."""
+
+    def __init__(self, path: Path, enabled: bool = True):
+        self.path = path
+        self.enabled = enabled  # only one process of a distributed run writes
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as file:
+            file.write(json.dumps(record) + "\n")
+
+    def truncate(self, step: int) -> None:
+        """Drop records written after the checkpoint we resume from: they will be redone."""
+        if not self.enabled or not self.path.is_file():
+            return
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    kept.append(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+        atomic_write_bytes(self.path, "".join(k + "\n" for k in kept).encode())
+
+
+class TrainMeter:
+    """Training sums since the last log line, turned into one metrics record."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+        self.loss = self.nll = 0.0
+        self.ntokens = self.updates = 0
+        self.grad_norm = self.lr = 0.0
+
+    def add(self, loss: float, nll: float, ntokens: int, grad_norm: float, lr: float) -> None:
+        self.loss += loss
+        self.nll += nll
+        self.ntokens += ntokens
+        self.updates += 1
+        self.grad_norm += grad_norm
+        self.lr = lr
+
+    def flush(self) -> dict[str, float]:
+        seconds = max(time.monotonic() - self.start, 1e-9)
+        n, updates = max(self.ntokens, 1), max(self.updates, 1)
+        record = {
+            "loss": self.loss / n,
+            "nll": self.nll / n,
+            "ppl": math.exp(min(self.nll / n, 50.0)),
+            "lr": self.lr,
+            "grad_norm": self.grad_norm / updates,
+            "tgt_tokens_per_s": self.ntokens / seconds,
+        }
+        self.__init__()
+        return record
+
+
+# --------------------------------------------------------------------------- random state
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_states() -> dict[str, Any]:
+    states: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mtkit.batching import BatchSampler, make_batch, token_batches
+from mtkit.binarize import binarize
+from mtkit.dataset import ParallelData
+from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+
+
+@pytest.fixture(scope="module")
+def lengths() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    src = rng.integers(0, 60, size=500)
+    tgt = rng.integers(1, 60, size=500)
+    src[7] = 400  # longer than the whole budget: a batch of its own
+    return src, tgt
+
+
+def _epoch(sampler: BatchSampler, epoch: int) -> list[list[int]]:
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def test_batches_respect_the_budget_and_cover_every_pair(lengths) -> None:
+    src, tgt = lengths
+    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
+    batches = _epoch(sampler, 0)
+    assert len(batches) == len(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(500))
+    for batch in batches:
+        width = max(max(src[i], tgt[i]) + 1 for i in batch)
+        assert len(batch) * width <= 300 or batch == [7]
+    assert [7] in batches
+
+
+def test_epochs_differ_but_are_reproducible(lengths) -> None:
+    src, tgt = lengths
+    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
+    first, second = _epoch(sampler, 0), _epoch(sampler, 1)
+    assert first != second
+    assert _epoch(BatchSampler(src, tgt, max_tokens=300, seed=3), 1) == second
+    assert _epoch(BatchSampler(src, tgt, max_tokens=300, seed=4), 1) != second
+
+
+def test_restoring_a_position_continues_the_same_sequence(lengths) -> None:
+    src, tgt = lengths
+    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
+    sampler.set_epoch(2)
+    iterator = iter(sampler)
+    seen = [next(iterator) for _ in range(5)]
+    state = sampler.state_dict()
+    assert state == {"epoch": 2, "position": 5}
+    rest = list(iterator)
+    assert sampler.state_dict() == {"epoch": 3, "position": 0}  # a finished epoch moves on
+    next_epoch = list(sampler)
+
+    restored = BatchSampler(src, tgt, max_tokens=300, seed=3)
+    restored.load_state_dict(state)
+    restored.set_epoch(2)  # a training loop calls this on resume; it must keep the position
+    assert list(restored) == rest
+    restored.set_epoch(3)
+    assert list(restored) == next_epoch
+    assert seen + rest == _epoch(BatchSampler(src, tgt, 300, seed=3), 2)
+
+
+def test_sharding(lengths) -> None:
+    src, tgt = lengths
+    full = _epoch(BatchSampler(src, tgt, max_tokens=300, seed=3), 0)
+    shards = [
+        _epoch(BatchSampler(src, tgt, max_tokens=300, seed=3, rank=r, world_size=2), 0)
+        for r in (0, 1)
+    ]
+    assert len(shards[0]) == len(shards[1]) == len(full) // 2
+    assert not {i for b in shards[0] for i in b} & {i for b in shards[1] for i in b}
+    usable = full[: 2 * (len(full) // 2)]  # truncated so both ranks get as many batches
+    assert sorted(shards[0] + shards[1]) == sorted(usable)
+    assert shards[0] == usable[0::2] and shards[1] == usable[1::2]
+
+
+def test_unshuffled_batches_are_sorted_and_fixed(lengths) -> None:
+    src, tgt = lengths
+    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3, shuffle=False)
+    first, again = list(sampler), list(sampler)  # reusable, e.g. for every validation
+    assert first == again == _epoch(BatchSampler(src, tgt, 300, seed=9, shuffle=False), 5)
+    widths = [max(max(src[i], tgt[i]) for i in b) for b in first]
+    assert widths == sorted(widths)
+
+
+def test_token_batches() -> None:
+    lengths = [5, 50, 0, 12, 12, 7, 200, 3]
+    batches = token_batches(lengths, max_tokens=60)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert batches[0] == [6]  # longest first; too long for the budget, so alone
+    for batch in batches:
+        assert len(batch) * max(lengths[i] for i in batch) <= 60 or len(batch) == 1
+    order = [i for b in batches for i in b]
+    assert [lengths[i] for i in order] == sorted(lengths, reverse=True)
+
+
+def test_make_batch(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    src, tgt = tmp_path / "s", tmp_path / "t"
+    src.write_text("y fue la luz\n\nen el principio crió Dios\n", encoding="utf-8")
+    tgt.write_text("and there was light\nempty source\n\n", encoding="utf-8")
+    binarize(tokenizer, {"dev": (src, tgt)}, tmp_path / "out", workers=1)
+    data = ParallelData(tmp_path / "out", "dev")
+    batch = make_batch(data, [0, 1, 2])
+    s_len, t_len = data.src_lens.tolist(), data.tgt_lens.tolist()
+    assert batch.src.shape == (3, max(s_len) + 1) and batch.src.dtype == torch.long
+    assert batch.tgt_in.shape == batch.tgt_out.shape == (3, max(t_len) + 1)
+    assert batch.ntokens == sum(t_len) + 3 == int((batch.tgt_out != PAD_ID).sum())
+    for row in range(3):
+        ids, n = data.src(row).tolist(), s_len[row]
+        assert batch.src[row].tolist() == ids + [EOS_ID] + [PAD_ID] * (batch.src.shape[1] - n - 1)
+        ids, m = data.tgt(row).tolist(), t_len[row]
+        pad = [PAD_ID] * (batch.tgt_out.shape[1] - m - 1)
+        assert batch.tgt_in[row].tolist() == [BOS_ID] + ids + pad
+        assert batch.tgt_out[row].tolist() == ids + [EOS_ID] + pad
+    assert batch.src[1].tolist()[:1] == [EOS_ID]  # empty source line: EOS only
+    assert len(batch.to("cpu")) == 3

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mtkit.errors import DataError
+from mtkit.textio import count_lines, file_fingerprint, read_lines
+
+
+def test_read_lines_strips_only_the_terminator(tmp_path: Path) -> None:
+    path = tmp_path / "x.txt"
+    path.write_bytes(b"\xef\xbb\xbf one \r\nsplit\xe2\x80\xa8not\n\n  last  ")
+    expected = [" one ", "split\u2028not", "", "  last  "]  # BOM gone, U+2028 kept inside
+    assert list(read_lines(path)) == expected
+    assert count_lines(path) == 4
+    gz = tmp_path / "x.txt.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert list(read_lines(gz)) == expected and count_lines(gz) == 4
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert count_lines(tmp_path / "empty.txt") == 0
+
+
+def test_read_lines_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok\nok\nma\xf1ana\n")
+    with pytest.raises(DataError, match=r"bad\.txt:3: invalid UTF-8 .*fix or re-encode the file"):
+        list(read_lines(bad))
+    with pytest.raises(DataError, match=r"missing\.txt: not found"):
+        list(read_lines(tmp_path / "missing.txt"))
+    truncated = tmp_path / "t.gz"
+    truncated.write_bytes(gzip.compress(b"hello\n" * 1000)[:40])
+    with pytest.raises(DataError, match=r"t\.gz: cannot read"):
+        list(read_lines(truncated))
+
+
+def test_file_fingerprint(tmp_path: Path, data_dir: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copy(data_dir / "dev.en", copy)
+    assert file_fingerprint(copy) == file_fingerprint(data_dir / "dev.en")
+    assert file_fingerprint(copy) != file_fingerprint(data_dir / "dev.es")
