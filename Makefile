@@ -1,4 +1,4 @@
-# mtkit: make install | demo | test | lint | bench
+# mtkit: make install | demo | test | test-fast | lint | bench
 # Uses the active virtual environment if there is one, else creates .venv here.
 PYTHON ?= python3
 ifdef VIRTUAL_ENV
@@ -8,7 +8,7 @@ BIN := .venv/bin
 endif
 STAMP := $(BIN)/.mtkit-installed
 
-.PHONY: install demo test lint bench
+.PHONY: install demo test test-fast lint bench
 
 install: $(STAMP)
 
@@ -30,6 +30,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# the pure unit tier alone (no subprocess, no trained run): under a minute
+test-fast: install
+	$(BIN)/python -m pytest tests/unit
 
 lint: install
 	$(BIN)/ruff check mtkit tests bench

@@ -46,6 +46,17 @@ class Progress:
     sampler: dict[str, int] = field(default_factory=dict)
     finished: str = ""  # why training stopped; empty while it can go on
 
+    def record_validation(self, score: float) -> bool:
+        """Count a validation (higher score = better) for best-model and patience; True
+        when it is the best so far."""
+        improved = self.best_score is None or score > self.best_score
+        if improved:
+            self.best_score, self.best_step = score, self.step
+            self.validations_without_improvement = 0
+        else:
+            self.validations_without_improvement += 1
+        return improved
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Progress:
         known = {f.name for f in dataclasses.fields(cls)}  # older files may lack new fields

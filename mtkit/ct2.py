@@ -190,6 +190,7 @@ class CTranslate2Engine:
             hyps = []
             for pieces, score in zip(result.hypotheses, result.scores):
                 ids = [self.tgt_ids[p] for p in pieces]
+                # CTranslate2 reports one (length-penalised) score; it stands for both
                 hyps.append(Hypothesis(ids, float(score), float(score)))
             found.append(hyps)
         return found

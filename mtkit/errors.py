@@ -4,6 +4,8 @@ The CLI catches MtkitError once, prints its message to stderr and exits with
 ``exit_code``; everything else is a bug and keeps its traceback.
 """
 
+import signal
+
 
 class MtkitError(Exception):
     exit_code = 2
@@ -23,3 +25,21 @@ class CheckpointError(MtkitError):
 
 class OutputError(MtkitError):
     """An output file or directory cannot be written (disk full, permissions)."""
+
+
+class Interrupted(MtkitError):
+    """SIGINT/SIGTERM during training: the run was checkpointed and can be resumed."""
+
+    def __init__(self, signum: int):
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"{name} received: training state saved to checkpoint_last.pt; "
+            "run the same command again to resume"
+        )
+        self.exit_code = 128 + signum  # what a shell reports for a process the signal ended
+
+
+class TrainingDiverged(MtkitError):
+    """Too many non-finite losses in a row; checkpoint_last.pt holds the last good state."""
+
+    exit_code = 1

@@ -1,4 +1,5 @@
-"""Scoring translations: dev BLEU (validation, averaging, tuning) and test-set evaluation.
+"""Measuring a model on held-out data: validation during training (dev loss and BLEU),
+dev BLEU for averaging and tuning, and test-set evaluation.
 
 Every translation here goes through a `Translator`, the object `mtkit translate` uses, so
 a score printed during training or by the pipeline is what a user would get by running
@@ -10,16 +11,24 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .atomic import atomic_write_bytes
-from .config import DecodeConfig, Pair
-from .engine import Engine
+from .batching import BatchSampler, make_batch
+from .config import DecodeConfig, Pair, Recipe
+from .dataset import ParallelData
+from .engine import Engine, TorchEngine
+from .loss import label_smoothed_nll
 from .metrics import Score, corpus_scores
+from .model import Transformer
 from .textio import read_lines
+from .tokenizer import PAD_ID, Tokenizer
 from .translate import Translator
 
 log = logging.getLogger("mtkit")
@@ -64,6 +73,68 @@ def tune_decoding(engine: Engine, settings: DecodeConfig, dev: DevSet,
             grid.append({"beam": beam, "lenpen": lenpen, "dev_bleu": bleu})
     chosen = max(grid, key=lambda row: row["dev_bleu"])  # max keeps the first of equals
     return dataclasses.replace(settings, beam=chosen["beam"], lenpen=chosen["lenpen"]), grid
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@dataclass(frozen=True)
+class Validation:
+    loss: float  # per target token, without label smoothing
+    nll: float
+    ppl: float
+    bleu: float | None  # greedy, on the first train.valid_bleu_lines dev lines
+
+    def score(self, best_metric: str) -> float:
+        """Higher is better: dev BLEU, or minus the dev loss."""
+        return self.bleu if best_metric == "bleu" and self.bleu is not None else -self.loss
+
+    def record(self) -> dict[str, float]:
+        """The metrics.jsonl fields."""
+        fields = {"loss": self.loss, "nll": self.nll, "ppl": self.ppl}
+        return fields if self.bleu is None else {**fields, "bleu": self.bleu}
+
+
+class Validator:
+    """What training judges a model by: teacher-forced dev loss on the binarised dev split,
+    and greedy dev BLEU through the same Translator as `mtkit translate`."""
+
+    def __init__(self, recipe: Recipe, tokenizer: Tokenizer, valid_data: ParallelData,
+                 device: torch.device):
+        self.recipe, self.tokenizer, self.data, self.device = recipe, tokenizer, valid_data, device
+        self.max_len = recipe.model.max_positions - 1  # tokens per side before EOS/BOS
+        lines = min(recipe.train.valid_bleu_lines, len(valid_data))
+        valid = recipe.data.valid
+        self.dev = None if valid is None or lines == 0 else DevSet.read(
+            valid, recipe.data.langs.tgt, limit=lines)  # read once for the whole run
+
+    def __call__(self, model: Transformer) -> Validation:
+        max_tokens = self.recipe.train.max_tokens
+        loss, nll = evaluate_loss(model, self.data, max_tokens, self.device, self.max_len)
+        bleu = None
+        if self.dev is not None:
+            engine = TorchEngine([model], self.tokenizer, self.recipe, self.device)
+            bleu = dev_bleu(Translator(engine, greedy(self.recipe.decode), max_tokens), self.dev)
+        return Validation(loss, nll, math.exp(min(nll, 50.0)), bleu)
+
+
+@torch.no_grad()
+def evaluate_loss(model: Transformer, data: ParallelData, max_tokens: int,
+                  device: torch.device, max_len: int) -> tuple[float, float]:
+    """Per-token loss and NLL (the same without label smoothing) over a whole split."""
+    model.eval()
+    sampler = BatchSampler(data.src_lens, data.tgt_lens, max_tokens, seed=0, shuffle=False)
+    loss_sum = nll_sum = 0.0
+    ntokens = 0
+    for indices in sampler:
+        batch = make_batch(data, indices, max_len)
+        logits = model(batch.src.to(device), batch.tgt_in.to(device))
+        loss, nll, n = label_smoothed_nll(logits, batch.tgt_out.to(device), 0.0, PAD_ID)
+        loss_sum += loss.item()
+        nll_sum += nll.item()
+        ntokens += n
+    ntokens = max(ntokens, 1)
+    return loss_sum / ntokens, nll_sum / ntokens
 
 
 # --------------------------------------------------------------------------- test sets

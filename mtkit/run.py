@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,6 +234,32 @@ class TrainMeter:
         }
         self.__init__()
         return record
+
+
+# --------------------------------------------------------------------------- signals
+
+
+class StopSignals:
+    """While active, SIGINT/SIGTERM only set `received`: the loop saves and stops at the
+    end of the current update. A second signal stops at once (the default handler)."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # signals need it
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signum
+        signal.signal(signum, signal.SIG_DFL)
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 # --------------------------------------------------------------------------- random state

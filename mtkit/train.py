@@ -3,7 +3,9 @@ checkpoints and exact resume.
 
 Resume is exact: a checkpoint is written only between updates and holds the optimiser,
 the step, the sampler's position and every RNG state, so N steps in one go and N/2 + N/2
-steps with a restart in between give bit-identical weights.
+steps with a restart in between give bit-identical weights. The run's state outside the
+loop (paths, stop rules, compatibility, metrics file, RNG, signals) is in run.py; what
+validation measures is in evaluation.py.
 """
 
 from __future__ import annotations
@@ -11,13 +13,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,14 +26,14 @@ from .batching import BatchSampler, make_batch
 from .checkpoint import Bundle, Progress, TrainState, load_checkpoint, save_checkpoint
 from .config import Recipe
 from .dataset import ParallelData
-from .engine import TorchEngine
-from .errors import MtkitError
-from .evaluation import DevSet, dev_bleu, greedy
+from .errors import Interrupted, TrainingDiverged
+from .evaluation import Validator
 from .loss import label_smoothed_nll
 from .model import Transformer
 from .run import (
     MetricsLog,
     RunPaths,
+    StopSignals,
     TrainMeter,
     check_same_run,
     restore_rng_states,
@@ -45,25 +44,8 @@ from .run import (
 from .runtime import resolve_device
 from .schedule import inverse_sqrt_lr
 from .tokenizer import PAD_ID, Tokenizer
-from .translate import Translator
 
 log = logging.getLogger("mtkit")
-
-
-class Interrupted(MtkitError):
-    """SIGINT/SIGTERM: the run was checkpointed and can be resumed."""
-
-    def __init__(self, signum: int):
-        name = signal.Signals(signum).name
-        super().__init__(
-            f"{name} received: training state saved to checkpoint_last.pt; "
-            "run the same command again to resume"
-        )
-        self.exit_code = 128 + signum
-
-
-class TrainingDiverged(MtkitError):
-    exit_code = 1
 
 
 # --------------------------------------------------------------------------- the trainer
@@ -91,7 +73,7 @@ class Trainer:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
 
         self.train_data = ParallelData(data_dir, "train")
-        self.valid_data = ParallelData(data_dir, "valid") if recipe.data.valid else None
+        valid_data = ParallelData(data_dir, "valid") if recipe.data.valid else None
         self.sampler = BatchSampler(
             self.train_data.src_lens,
             self.train_data.tgt_lens,
@@ -102,17 +84,11 @@ class Trainer:
             world_size=self.world_size,
         )
         self.sampler.set_epoch(1)  # epochs count from 1, as users read them
-        seed_everything(self.cfg.seed)
+        seed_everything(self.cfg.seed)  # before the model: its initial weights are random
         self.model = Transformer(
             recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID
         ).to(self.device)
-        # what the update calls; self.model stays the plain module that checkpoints save
-        self.train_model: torch.nn.Module = self.model
-        if self.world_size > 1:
-            self.train_model = torch.nn.parallel.DistributedDataParallel(self.model)
-        if self.cfg.compile:
-            # batch shapes vary with every batch: compile for dynamic shapes from the start
-            self.train_model = torch.compile(self.train_model, dynamic=True)
+        self.train_model = self._wrap(self.model)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
             lr=self.cfg.lr,
@@ -123,10 +99,20 @@ class Trainer:
         )
         self.max_len = recipe.model.max_positions - 1  # tokens per side before EOS/BOS
         self.metrics = MetricsLog(self.paths.metrics, enabled=self.rank == 0)
-        self.dev = self._dev_set()
+        self.validator = None if valid_data is None else Validator(
+            recipe, tokenizer, valid_data, self.device)
         self.progress = Progress()
-        self.signal_received = 0
         self.bad_steps = 0
+
+    def _wrap(self, model: Transformer) -> torch.nn.Module:
+        """What the update calls (DDP, compiled); self.model stays the plain module that
+        checkpoints save."""
+        if self.world_size > 1:
+            model = torch.nn.parallel.DistributedDataParallel(model)
+        if self.cfg.compile:
+            # batch shapes vary with every batch: compile for dynamic shapes from the start
+            model = torch.compile(model, dynamic=True)
+        return model
 
     # ------------------------------------------------------------------ state
 
@@ -191,39 +177,15 @@ class Trainer:
             self.progress.finished = reason
             return self.progress
         self.paths.run_dir.mkdir(parents=True, exist_ok=True)
-        previous_handlers = self._install_signal_handlers()
         start = time.monotonic() - self.progress.elapsed
         meter = TrainMeter()
-        batches = iter(self.sampler)
         bar = _progress_bar(cfg.max_steps, self.progress.step)
         try:
-            while True:
-                group, batches = self._next_group(batches)
-                if group is None:  # the last epoch ended
-                    self.progress.finished = stop_reason(self.cfg, self.progress)
-                    break
-                self._update(group, meter)
-                self.progress.elapsed = time.monotonic() - start
-                step = self.progress.step
-                if step % cfg.log_every == 0:
-                    self._log_train(meter, bar)
-                if step % cfg.valid_every == 0:
-                    self._validate()
-                self.progress.elapsed = time.monotonic() - start
-                self.progress.finished = stop_reason(self.cfg, self.progress)
-                if self.progress.finished:
-                    break
-                if step % cfg.save_every == 0:
-                    self.save(step_checkpoint=True)
-                if self.signal_received:
-                    self.save(step_checkpoint=False)
-                    raise Interrupted(self.signal_received)
-            self._finish()
+            with StopSignals() as signals:
+                self._loop(start, meter, bar, signals)
         finally:
             if bar is not None:
                 bar.close()
-            for signum, handler in previous_handlers.items():
-                signal.signal(signum, handler)
         log.info(
             "training stopped at step %d, epoch %d after %.0fs: %s",
             self.progress.step,
@@ -233,10 +195,38 @@ class Trainer:
         )
         return self.progress
 
+    def _loop(self, start: float, meter: TrainMeter, bar: tqdm | None,
+              signals: StopSignals) -> None:
+        """Update until a stop rule or a signal; each step: log, validate, save."""
+        cfg = self.cfg
+        batches = iter(self.sampler)
+        while True:
+            group, batches = self._next_group(batches)
+            if group is None:  # the last epoch ended
+                self.progress.finished = stop_reason(cfg, self.progress)
+                break
+            self._update(group, meter)
+            self.progress.elapsed = time.monotonic() - start
+            step = self.progress.step
+            if step % cfg.log_every == 0:
+                self._log_train(meter, bar)
+            if step % cfg.valid_every == 0:
+                self._validate()
+            self.progress.elapsed = time.monotonic() - start
+            self.progress.finished = stop_reason(cfg, self.progress)
+            if self.progress.finished:
+                break
+            if step % cfg.save_every == 0:
+                self.save(step_checkpoint=True)
+            if signals.received:
+                self.save(step_checkpoint=False)
+                raise Interrupted(signals.received)
+        self._finish()
+
     def _finish(self) -> None:
         """Validate and save the final state unless the last step just did."""
         step = self.progress.step
-        if self.valid_data is not None and step % self.cfg.valid_every != 0:
+        if self.validator is not None and step % self.cfg.valid_every != 0:
             self._validate()
         self.save(step_checkpoint=not self.paths.step(step).exists())
 
@@ -340,42 +330,21 @@ class Trainer:
 
     def _validate(self) -> None:
         """Dev loss (and BLEU); updates checkpoint_best.pt and the patience counter."""
-        if self.valid_data is None:
+        if self.validator is None:
             return
-        result = evaluate_loss(
-            self.model, self.valid_data, self.cfg.max_tokens, self.device, self.max_len
-        )
-        if self.dev is not None:
-            result["bleu"] = self._valid_bleu()
-        result.update(
-            event="valid",
-            step=self.progress.step,
-            epoch=self.progress.epoch,
-            elapsed=round(self.progress.elapsed, 1),
-        )
-        use_bleu = self.cfg.best_metric == "bleu" and "bleu" in result
-        score = result["bleu"] if use_bleu else -result["loss"]
-        improved = self.progress.best_score is None or score > self.progress.best_score
+        result = self.validator(self.model)
+        score = result.score(self.cfg.best_metric)
+        improved = self.progress.record_validation(score)
         if improved:
-            self.progress.best_score, self.progress.best_step = score, self.progress.step
-            self.progress.validations_without_improvement = 0
             self._save_model(self.paths.best)
-        else:
-            self.progress.validations_without_improvement += 1
         if self.cfg.average.kind == "best":
             self._keep_if_among_best(score)
-        result["best"] = improved
-        self.metrics.write(result)
-        bleu = f" | bleu {result['bleu']:.2f}" if "bleu" in result else ""
-        log.info(
-            "valid step %d | loss %.3f | nll %.3f | ppl %.2f%s%s",
-            self.progress.step,
-            result["loss"],
-            result["nll"],
-            result["ppl"],
-            bleu,
-            " | best" if improved else "",
-        )
+        self.metrics.write({**result.record(), "event": "valid", "step": self.progress.step,
+                            "epoch": self.progress.epoch,
+                            "elapsed": round(self.progress.elapsed, 1), "best": improved})
+        bleu = "" if result.bleu is None else f" | bleu {result.bleu:.2f}"
+        log.info("valid step %d | loss %.3f | nll %.3f | ppl %.2f%s%s", self.progress.step,
+                 result.loss, result.nll, result.ppl, bleu, " | best" if improved else "")
 
     def _save_model(self, path: Path) -> None:
         if self.rank == 0:
@@ -405,57 +374,8 @@ class Trainer:
             if path not in kept:
                 path.unlink(missing_ok=True)
 
-    def _dev_set(self) -> DevSet | None:
-        """The dev lines validation BLEU reads, read once (None: no BLEU)."""
-        valid = self.recipe.data.valid
-        if valid is None or self.valid_data is None or self.cfg.valid_bleu_lines == 0:
-            return None
-        n = min(self.cfg.valid_bleu_lines, len(self.valid_data))
-        return DevSet.read(valid, self.recipe.data.langs.tgt, limit=n)
-
-    def _valid_bleu(self) -> float:
-        """Greedy dev BLEU through the same engine and Translator as `mtkit translate`."""
-        engine = TorchEngine([self.model], self.tokenizer, self.recipe, self.device)
-        translator = Translator(engine, greedy(self.recipe.decode), self.cfg.max_tokens)
-        return dev_bleu(translator, self.dev)
-
-    # ------------------------------------------------------------------ signals
-
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def handler(signum, frame):
-            self.signal_received = signum
-            signal.signal(signum, signal.SIG_DFL)  # a second signal stops at once
-
-        previous = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, handler)
-        return previous
-
 
 # --------------------------------------------------------------------------- helpers
-
-
-@torch.no_grad()
-def evaluate_loss(
-    model: Transformer, data: ParallelData, max_tokens: int, device, max_len: int
-) -> dict:
-    model.eval()
-    sampler = BatchSampler(data.src_lens, data.tgt_lens, max_tokens, seed=0, shuffle=False)
-    loss_sum = nll_sum = 0.0
-    ntokens = 0
-    for indices in sampler:
-        batch = make_batch(data, indices, max_len)
-        logits = model(batch.src.to(device), batch.tgt_in.to(device))
-        loss, nll, n = label_smoothed_nll(logits, batch.tgt_out.to(device), 0.0, PAD_ID)
-        loss_sum += loss.item()
-        nll_sum += nll.item()
-        ntokens += n
-    ntokens = max(ntokens, 1)
-    nll = nll_sum / ntokens
-    return {"loss": loss_sum / ntokens, "nll": nll, "ppl": math.exp(min(nll, 50.0))}
 
 
 def _progress_bar(total: int, initial: int):

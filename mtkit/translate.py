@@ -71,7 +71,12 @@ class Translator:
                  max_tokens: int = 4096):
         self.engine = engine
         self.tokenizer = engine.tokenizer
-        self.settings = settings if settings is not None else engine.recipe.decode
+        settings = settings if settings is not None else engine.recipe.decode
+        if settings.stop not in engine.stop_rules:
+            log.warning("this engine stops %s: decode.stop %s does not apply",
+                        engine.stop_rules[0], settings.stop)
+            settings = dataclasses.replace(settings, stop=engine.stop_rules[0])
+        self.settings = settings
         self.max_tokens = max_tokens
         self.max_source = engine.max_source
         self.stats = Stats()
@@ -99,16 +104,13 @@ class Translator:
         unknown = sorted(set(decode) - {f.name for f in dataclasses.fields(DecodeConfig)})
         if unknown:
             raise ConfigError(f"Translator.load: unknown decode setting(s) {', '.join(unknown)}")
-        settings = replace_checked(loaded.recipe.decode, decode, option_names)
-        if settings.stop not in loaded.stop_rules:
-            if decode.get("stop") is not None:
-                flag = (option_names or {}).get("stop", "stop")
-                raise ConfigError(f"{flag} {settings.stop}: this engine stops only "
-                                  f"{' or '.join(loaded.stop_rules)}; use --engine torch")
-            log.warning("this engine stops %s: the recipe's decode.stop %s does not apply",
-                        loaded.stop_rules[0], settings.stop)
-            settings = dataclasses.replace(settings, stop=loaded.stop_rules[0])
-        return cls(loaded, settings, max_tokens)
+        where = "command line" if option_names else "Translator.load"
+        settings = replace_checked(loaded.recipe.decode, decode, option_names, where=where)
+        if decode.get("stop") is not None and settings.stop not in loaded.stop_rules:
+            flag = (option_names or {}).get("stop", "stop")
+            raise ConfigError(f"{flag} {settings.stop}: this engine stops only "
+                              f"{' or '.join(loaded.stop_rules)}; use --engine torch")
+        return cls(loaded, settings, max_tokens)  # a recipe's stop it lacks: a warning
 
     def translate(self, lines: Sequence[str]) -> list[str]:
         """The best translation of each line, one output per input line."""

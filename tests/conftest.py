@@ -1,8 +1,17 @@
-"""Shared test fixtures: the small real corpus under tests/data and a tokenizer trained on it."""
+"""Fixtures shared by the three test tiers: the small real corpus under tests/data, a
+tokenizer trained on it, the `mtkit` command (in a subprocess or in process), the tiny run
+trained once per session, and the reverse-task model.
+
+The tiers: tests/unit (pure: no subprocess, no worker processes, no trained run; seconds),
+tests/integration (modules together in process, tiny models trained), tests/system (the
+`mtkit` command as a user runs it). Each test is marked with its tier (`pytest -m unit`).
+Builders of inputs live in tests/builders.py; pyproject puts tests/ on sys.path for both.
+"""
 
 from __future__ import annotations
 
 import logging
+import multiprocessing.process
 import os
 import shutil
 import subprocess
@@ -12,11 +21,42 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from builders import DATA, bible_recipe, prepare, reverse_recipe, reverse_task
 
 from mtkit.tokenizer import Tokenizer, train_sentencepiece
 
-DATA = Path(__file__).parent / "data"
 TINY_VOCAB = 300  # small enough to train in a fraction of a second
+TIERS = ("unit", "integration", "system")
+
+
+# --------------------------------------------------------------------------- tiers
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its tier, the folder under tests/ it lives in."""
+    for item in items:
+        tier = item.path.parent.name
+        if tier in TIERS:
+            item.add_marker(tier)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_processes(request: pytest.FixtureRequest,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unit tier is pure: a subprocess or a worker process there is a test in the
+    wrong tier."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a unit test started a process: move it to tests/integration "
+                             "(worker processes) or tests/system (the mtkit command)")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+
+
+# --------------------------------------------------------------------------- data, tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +108,7 @@ class CliResult:
 
 
 def run_mtkit(
-    args: list[str], cwd: Path, input: bytes | str | None = None, timeout: float = 300
+    args: list, cwd: Path, input: bytes | str | None = None, timeout: float = 300
 ) -> CliResult:
     """Run `mtkit ARGS` in `cwd` (stdin: `input`, or nothing), capturing both streams."""
     if isinstance(input, str):
@@ -87,6 +127,13 @@ def run_mtkit(
         done.stderr.decode("utf-8", errors="replace"),
         done.stdout,
     )
+
+
+def start_mtkit(args: list, cwd: Path, **popen: object) -> subprocess.Popen:
+    """Start `mtkit ARGS` in `cwd` without waiting (stdin: nothing, unless `popen` says),
+    for tests that signal, kill or talk to it."""
+    popen = {"stdin": subprocess.DEVNULL, **popen}
+    return subprocess.Popen([str(MTKIT), *map(str, args)], cwd=cwd, env=CLI_ENV, **popen)
 
 
 @pytest.fixture(scope="session")
@@ -183,10 +230,28 @@ class TinyRun:
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     """`mtkit train tiny.yaml` run once per session: 20 steps on the Bible sample, a few
     seconds. Tests must not modify it (use `tiny_run.copy_to(tmp_path)`)."""
-    from toy import bible_recipe
-
     root = tmp_path_factory.mktemp("tiny_run")
     recipe = bible_recipe(root)
     first = run_mtkit(["train", recipe.name], cwd=root)
     assert first.returncode == 0, f"mtkit train failed:\n{first.stderr}"
     return TinyRun(root, recipe, root / "runs" / "tiny", first)
+
+
+# --------------------------------------------------------------------------- reverse-task model
+
+
+@pytest.fixture(scope="session")
+def reverse_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(checkpoint_last.pt, test source file) of a tiny model trained in process on the
+    reverse task: it ends its outputs with EOS. A second or so."""
+    from mtkit.config import recipe_from_dict
+    from mtkit.run import RunPaths
+    from mtkit.train import train
+
+    root = tmp_path_factory.mktemp("reverse")
+    files = reverse_task(root / "data")
+    recipe = recipe_from_dict(reverse_recipe(files, max_steps=250), name="reverse")
+    run = root / "run"
+    tokenizer, fingerprints = prepare(recipe, run)
+    train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    return RunPaths(run).last, files["test"][0]

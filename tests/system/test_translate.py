@@ -1,5 +1,6 @@
 """`mtkit translate`'s line contract, through the installed script, on the tiny model the
-session trains once (tests/conftest.py: tiny_run).
+session trains once (tests/conftest.py: tiny_run). The Translator and engine in process,
+on scripted models: tests/unit/test_translator.py.
 
 Exactly one output line per input line, in input order, always: empty and hostile input,
 over-long lines, invalid UTF-8, CRLF, Unicode line separators, n-best TSV, streaming, a
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from toy import DATA
+from builders import DATA, weights
 
 from mtkit.checkpoint import average_checkpoints
 from mtkit.engine import TorchEngine, quantize_int8
@@ -256,7 +257,7 @@ def test_average_last_two_then_translate(tiny_run, tmp_path, mtkit_cli):
     result = mtkit_cli(["average", "--last", "2", tiny_run.run_dir, "-o", "avg.pt"],
                        cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    averaged = torch.load(tmp_path / "avg.pt", weights_only=True)["model"]
+    averaged = weights(tmp_path / "avg.pt")
     last_two = RunPaths(tiny_run.run_dir).step_checkpoints()[-2:]
     reference = average_checkpoints(last_two).weights
     assert averaged.keys() == reference.keys()
@@ -360,30 +361,3 @@ def test_int8_quantisation_keeps_the_line_contract_and_the_model(model, mtkit_cl
         approx = quantized(src, tgt).log_softmax(-1)
     assert (full.argmax(-1) == approx.argmax(-1)).float().mean() >= 0.8
     assert (full - approx).abs().max() < 1.0  # int8 weights: close, not equal
-
-
-def test_line_buffers_are_bounded_on_a_long_input():
-    """Memory stays bounded: however much input waits, a buffer never exceeds max_lines,
-    and every line comes out once, in order."""
-    import threading
-
-    from mtkit.translate import read_line_buffers
-
-    read_fd, write_fd = os.pipe()
-    total = 20_000
-
-    def feed():
-        with os.fdopen(write_fd, "wb") as pipe:
-            for i in range(total):
-                pipe.write(b"line %d\n" % i)
-
-    writer = threading.Thread(target=feed)
-    writer.start()
-    sizes, seen = [], 0
-    for buffer in read_line_buffers(read_fd, max_lines=500):
-        sizes.append(len(buffer))
-        assert buffer[0] == b"line %d" % seen
-        seen += len(buffer)
-    writer.join()
-    os.close(read_fd)
-    assert seen == total and max(sizes) <= 500

@@ -7,9 +7,8 @@ import subprocess
 import time
 
 import pytest
-import torch
-from conftest import CLI_ENV, MTKIT
-from toy import bible_recipe
+from builders import bible_recipe, saved_step
+from conftest import run_mtkit, start_mtkit
 
 from mtkit.checkpoint import load_checkpoint
 
@@ -17,9 +16,8 @@ from mtkit.checkpoint import load_checkpoint
 def start_training(directory):
     bible_recipe(directory, train={"max_steps": 100000, "save_every": 100000, "log_every": 1,
                                    "valid_every": 100000})
-    return subprocess.Popen([str(MTKIT), "train", "tiny.yaml"], cwd=directory, env=CLI_ENV,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return start_mtkit(["train", "tiny.yaml"], cwd=directory, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
 
 
 def wait_for_updates(process, updates: int, timeout: float = 120) -> list[str]:
@@ -50,14 +48,12 @@ def test_signal_checkpoints_and_resumes(tmp_path, signum, code):
     step = load_checkpoint(last).train_state.progress.step
     assert step >= 3
 
-    resumed = subprocess.run(
-        [str(MTKIT), "train", "tiny.yaml", "--until", "train", "--set",
-         f"train.max_steps={step + 2}"],
-        cwd=tmp_path, env=CLI_ENV, capture_output=True, text=True, timeout=300,
+    resumed = run_mtkit(
+        ["train", "tiny.yaml", "--until", "train", "--set", f"train.max_steps={step + 2}"],
+        cwd=tmp_path, timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming from runs/tiny/checkpoints/checkpoint_last.pt at step {step}" in (
         resumed.stderr
     )
-    final = torch.load(last, weights_only=True)["train_state"]["progress"]["step"]
-    assert final == step + 2
+    assert saved_step(last) == step + 2

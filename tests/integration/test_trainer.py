@@ -1,16 +1,13 @@
-"""The trainer: the reverse-task canary, exact resume, stopping rules, bad losses."""
+"""The trainer in process: the reverse-task canary, exact resume, checkpoints and
+metrics, stopping rules (max_steps, max_epochs, patience), bad losses, best-K, compile.
+(The rules alone: tests/unit/test_run.py; through `mtkit train`: tests/system.)"""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
-from conftest import run_mtkit
-from toy import bible_recipe, prepare, reverse_recipe, reverse_task
+from builders import bible_recipe, metrics_records, prepare, reverse_recipe, reverse_task, weights
 
-from mtkit.checkpoint import average_checkpoints
 from mtkit.config import load_recipe, recipe_from_dict
 from mtkit.run import RunPaths
 from mtkit.train import Trainer, TrainingDiverged, train
@@ -33,10 +30,6 @@ def test_reverse_task_canary(tmp_path):
     assert accuracy >= 0.8, f"reverse accuracy {accuracy:.2f}: {outputs[:3]} vs {targets[:3]}"
 
 
-def _weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, weights_only=True)["model"]
-
-
 def test_resumed_training_is_bit_identical(tmp_path):
     """N steps in one go == N/2 steps, a fresh process state, then N/2 more."""
     path = bible_recipe(
@@ -56,11 +49,11 @@ def test_resumed_training_is_bit_identical(tmp_path):
     progress = train(whole, run, tokenizer, run / "data", fingerprints, "cpu")
     assert progress.step == 12
 
-    a, b = _weights(RunPaths(tmp_path / "whole").last), _weights(RunPaths(run).last)
+    a, b = weights(RunPaths(tmp_path / "whole").last), weights(RunPaths(run).last)
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
-    steps = [json.loads(line)["step"] for line in RunPaths(run).metrics.read_text().splitlines()]
+    steps = [r["step"] for r in metrics_records(run)]
     assert steps == sorted(steps), "metrics.jsonl must read in step order after a resume"
 
 
@@ -74,9 +67,8 @@ def test_checkpoints_and_metrics(tmp_path):
     assert progress.step == 20 and "max_steps" in progress.finished
     assert [p.name for p in paths.step_checkpoints()] == ["checkpoint_10.pt", "checkpoint_20.pt"]
     assert paths.best.is_file() and paths.last.is_file()
-    records = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
-    train_records = [r for r in records if r["event"] == "train"]
-    valid_records = [r for r in records if r["event"] == "valid"]
+    train_records = metrics_records(run, "train")
+    valid_records = metrics_records(run, "valid")
     assert {
         "step",
         "epoch",
@@ -94,7 +86,7 @@ def test_checkpoints_and_metrics(tmp_path):
     assert again.step == 20
 
 
-def test_max_epochs_and_patience(tmp_path):
+def test_max_epochs_stops_after_the_last_epoch(tmp_path):
     path = bible_recipe(tmp_path, train={"max_steps": 0, "max_epochs": 1, "max_tokens": 4096})
     recipe = load_recipe(path)
     run = tmp_path / "run"
@@ -102,6 +94,36 @@ def test_max_epochs_and_patience(tmp_path):
     progress = train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
     assert "max_epochs" in progress.finished
     assert progress.epoch == 2  # the first epoch is complete
+
+
+def test_patience_stops_training(tmp_path):
+    """train.patience: P validations in a row without a better dev score end the run. With
+    lr 0 the weights never move, so no validation after the first improves on it (an equal
+    score is no improvement): the run stops after 1 + P validations, long before max_steps,
+    and stays stopped."""
+    patience, every, max_steps = 2, 2, 40
+    path = bible_recipe(tmp_path, train={
+        "patience": patience, "best_metric": "loss", "lr": 0.0, "max_steps": max_steps,
+        "valid_every": every, "save_every": every, "log_every": every, "valid_bleu_lines": 0,
+    })
+    recipe = load_recipe(path)
+    run = tmp_path / "run"
+    tokenizer, fingerprints = prepare(recipe, run)
+    progress = train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+
+    assert "patience" in progress.finished, progress.finished
+    stopped = every * (1 + patience)
+    assert progress.step == stopped and stopped < max_steps
+    valid = metrics_records(run, "valid")
+    assert [r["step"] for r in valid] == [every * (i + 1) for i in range(1 + patience)]
+    assert len({r["loss"] for r in valid}) == 1, "lr 0 must leave the dev loss unchanged"
+    assert progress.best_step == every
+    assert progress.validations_without_improvement == patience
+    assert max(r["step"] for r in metrics_records(run)) == stopped
+
+    again = train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    assert again.step == stopped and "patience" in again.finished
+    assert len(metrics_records(run, "valid")) == 1 + patience
 
 
 def test_non_finite_loss_is_skipped_then_stops(tmp_path, monkeypatch):
@@ -122,8 +144,7 @@ def test_non_finite_loss_is_skipped_then_stops(tmp_path, monkeypatch):
     with pytest.raises(TrainingDiverged, match="lower train.lr"):
         trainer.fit()
     assert trainer.progress.step == 2
-    records = [json.loads(x) for x in RunPaths(run).metrics.read_text().splitlines()]
-    assert sum(r["event"] == "skipped" for r in records) == 3
+    assert len(metrics_records(run, "skipped")) == 3
 
 
 def test_best_k_keeps_the_k_best_validated_models(tmp_path):
@@ -145,29 +166,6 @@ def test_best_k_keeps_the_k_best_validated_models(tmp_path):
     assert [p.name for p in paths.top_checkpoints()] == ["best_2.pt", "best_4.pt"]
 
 
-def test_pipeline_averages_the_best_k(tmp_path):
-    bible_recipe(tmp_path, train={"average": "best-2", "best_metric": "loss",
-                                  "valid_every": 5, "save_every": 5})
-    done = run_mtkit(["train", "tiny.yaml", "--until", "average"], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    run = tmp_path / "runs" / "tiny"
-    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    losses = {r["step"]: r["loss"] for r in records if r["event"] == "valid"}
-    best_two = sorted(sorted(losses, key=losses.get)[:2])
-    kept = RunPaths(run).top_checkpoints()
-    assert [p.name for p in kept] == [f"best_{s}.pt" for s in best_two]
-    stamp = json.loads((run / "model.stamp.json").read_text())
-    assert [name for name, _ in stamp["sources"]] == [p.name for p in kept] + [
-        "checkpoint_best.pt"]
-    assert "average of best 2" in done.stderr
-
-    done = run_mtkit(["average", "--best", str(run), "-o", "avg.pt"], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    averaged = _weights(tmp_path / "avg.pt")
-    reference = average_checkpoints(kept).weights
-    assert all(torch.equal(averaged[k], reference[k]) for k in reference)
-
-
 def test_compiled_training_matches_eager(tmp_path):
     """train.compile changes how the step runs, not what it computes. (Weights are not
     compared: a key bias has a zero gradient in exact arithmetic, so Adam turns rounding
@@ -180,7 +178,6 @@ def test_compiled_training_matches_eager(tmp_path):
         run = tmp_path / name
         tokenizer, fingerprints = prepare(recipe, run)
         train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
-        records = [json.loads(x) for x in RunPaths(run).metrics.read_text().splitlines()]
-        losses[name] = [r["loss"] for r in records if r["event"] == "train"]
+        losses[name] = [r["loss"] for r in metrics_records(run, "train")]
     assert len(losses["eager"]) == 4
     assert losses["compiled"] == pytest.approx(losses["eager"], rel=1e-4)

@@ -4,7 +4,7 @@ the error contract (exit code 2, one `mtkit: error:` line naming the file or key
 Everything runs the installed `mtkit` script in a subprocess, except the table of error
 rows, which calls the same entry point (mtkit.cli:main) in-process to stay fast (a process
 spends ~2 s importing torch on the shared test machine); one row is repeated in a real
-subprocess to pin the process-level behaviour.
+subprocess to pin the process-level behaviour. `mtkit score`: test_score.py.
 """
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from toy import DATA, bible_recipe
+from builders import DATA, RECIPES, bible_recipe, metrics_records, saved_step, weights
 
 import mtkit
+from mtkit.checkpoint import average_checkpoints
 from mtkit.config import load_recipe, recipe_from_dict
 from mtkit.model import Transformer
+from mtkit.run import RunPaths
 from mtkit.tokenizer import PAD_ID, Tokenizer
 
 STAGES = ("tokenizer", "binarize", "train", "average", "eval")
@@ -77,7 +77,7 @@ def test_train_writes_every_artefact(tiny_run):
         assert "nrefs:1" in entry["signature"] and "version:" in entry["signature"], name
     assert "tok:13a" in result["scores"]["BLEU"]["signature"]
 
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    records = metrics_records(run)
     assert {r["event"] for r in records} == {"train", "valid"}
     assert max(r["step"] for r in records) == 20
 
@@ -158,10 +158,9 @@ def test_set_max_steps_resumes_the_finished_run(tiny_run, tmp_path, mtkit_cli):
     result = mtkit_cli(["train", "tiny.yaml", "--set", "train.max_steps=30"], cwd=run.root)
     assert result.returncode == 0, result.stderr
     assert "resuming" in result.stderr and "at step 20" in result.stderr
-    last = torch.load(run.run_dir / "checkpoints" / "checkpoint_last.pt", weights_only=True)
-    assert last["train_state"]["progress"]["step"] == 30
+    assert saved_step(run.run_dir / "checkpoints" / "checkpoint_last.pt") == 30
     assert (run.run_dir / "checkpoints" / "checkpoint_30.pt").is_file()
-    steps = [json.loads(r)["step"] for r in (run.run_dir / "metrics.jsonl").open()]
+    steps = [r["step"] for r in metrics_records(run.run_dir)]
     assert steps == sorted(steps) and steps[-1] == 30
 
 
@@ -185,6 +184,28 @@ def test_decode_settings_are_chosen_on_dev(tiny_run, tmp_path, mtkit_cli):
                        "5", "--max-tokens", "1024", "--input", DATA / "test.es"], cwd=run.root)
     assert again.returncode == 0, again.stderr
     assert again.stdout == hyp.read_text(encoding="utf-8")
+
+
+def test_pipeline_averages_the_best_k(tmp_path, mtkit_cli):
+    bible_recipe(tmp_path, train={"average": "best-2", "best_metric": "loss",
+                                  "valid_every": 5, "save_every": 5})
+    done = mtkit_cli(["train", "tiny.yaml", "--until", "average"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "runs" / "tiny"
+    losses = {r["step"]: r["loss"] for r in metrics_records(run, "valid")}
+    best_two = sorted(sorted(losses, key=losses.get)[:2])
+    kept = RunPaths(run).top_checkpoints()
+    assert [p.name for p in kept] == [f"best_{s}.pt" for s in best_two]
+    stamp = json.loads((run / "model.stamp.json").read_text())
+    assert [name for name, _ in stamp["sources"]] == [p.name for p in kept] + [
+        "checkpoint_best.pt"]
+    assert "average of best 2" in done.stderr
+
+    done = mtkit_cli(["average", "--best", str(run), "-o", "avg.pt"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    averaged = weights(tmp_path / "avg.pt")
+    reference = average_checkpoints(kept).weights
+    assert all(torch.equal(averaged[k], reference[k]) for k in reference)
 
 
 # --------------------------------------------------------------------------- 2. help, version
@@ -406,7 +427,7 @@ def test_translate_input_directory(tiny_run, tmp_path, mtkit_inprocess, expect_e
 
 def test_dry_run_validates_the_data_files(tmp_path, mtkit_inprocess, expect_error):
     """--dry-run checks the recipe as a run would, data files included."""
-    shutil.copy(Path(__file__).parents[1] / "recipes" / "transformer-base.yaml", tmp_path)
+    shutil.copy(RECIPES / "transformer-base.yaml", tmp_path)
     sets = ["--set", "data.train.src=corpus/train.de", "--set", "data.train.tgt=corpus/train.en"]
     missing = mtkit_inprocess(["train", "transformer-base.yaml", "--dry-run", *sets], tmp_path)
     expect_error(missing, "data.train.src", "not found")
@@ -473,68 +494,3 @@ def test_changed_model_section_is_refused(changed_model_section, expect_error):
 def test_changed_model_section_leaves_recipe_yaml_alone(changed_model_section):
     run, _, _, recipe_yaml = changed_model_section
     assert (run.run_dir / "recipe.yaml").read_text(encoding="utf-8") == recipe_yaml
-
-
-# --------------------------------------------------------------------------- 6. score
-
-
-def sacrebleu_scores(refs: list[Path], hyp: Path) -> list[float]:
-    """BLEU and chrF from the sacrebleu command itself, 4 decimals."""
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("sacrebleu")), *map(str, refs), "-i", str(hyp),
-         "-m", "bleu", "chrf", "-b", "-w", "4"],
-        capture_output=True, text=True, check=True,
-    )
-    return [float(x) for x in json.loads(done.stdout)]
-
-
-@pytest.fixture(scope="module")
-def half_right(tmp_path_factory) -> Path:
-    """A hypothesis file with a middling BLEU: every other reference line, words reversed."""
-    path = tmp_path_factory.mktemp("hyp") / "half.en"
-    refs = (DATA / "test.en").read_text(encoding="utf-8").split("\n")[:-1]
-    out = [r if i % 2 else " ".join(reversed(r.split())) for i, r in enumerate(refs)]
-    path.write_text("".join(line + "\n" for line in out), encoding="utf-8")
-    return path
-
-
-def test_score_json_matches_sacrebleu(tiny_run, mtkit_cli):
-    hyp = next((tiny_run.run_dir / "eval").glob("*.hyp.en"))
-    result = mtkit_cli(["score", "--ref", DATA / "test.en", "--json", "-i", hyp],
-                       cwd=tiny_run.root)
-    assert result.returncode == 0, result.stderr
-    rows = json.loads(result.stdout)
-    assert [r["name"] for r in rows] == ["BLEU", "chrF2"]
-    expected = sacrebleu_scores([DATA / "test.en"], hyp)
-    assert [round(r["score"], 4) for r in rows] == pytest.approx(expected, abs=1e-4)
-    assert all("nrefs:1" in r["signature"] and "version:" in r["signature"] for r in rows)
-
-
-def test_score_two_references_match_sacrebleu(tiny_run, half_right, mtkit_cli, tmp_path):
-    other = tmp_path / "other.en"  # a second reference that differs from the first
-    other.write_text((DATA / "test.en").read_text(encoding="utf-8").replace(" the ", " a "),
-                     encoding="utf-8")
-    result = mtkit_cli(["score", "--ref", DATA / "test.en", "--ref", other],
-                       cwd=tiny_run.root, input=half_right.read_bytes())
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert len(lines) == 2
-    assert lines[0].startswith("BLEU|nrefs:2") and lines[1].startswith("chrF2|nrefs:2")
-    printed = [float(re.search(r" = ([\d.]+)", line).group(1)) for line in lines]
-    expected = sacrebleu_scores([DATA / "test.en", other], half_right)
-    assert printed == [round(x, 2) for x in expected]
-    assert 20 < printed[0] < 90  # a middling score: a meaningful comparison
-
-
-def test_score_significance_prints_a_p_value(tiny_run, half_right, mtkit_cli):
-    hyp = next((tiny_run.run_dir / "eval").glob("*.hyp.en"))
-    result = mtkit_cli(["score", "--ref", DATA / "test.en", "-s", hyp, "-s", half_right],
-                       cwd=tiny_run.root)
-    assert result.returncode == 0, result.stderr
-    rows = [line.split("\t") for line in result.stdout.splitlines()]
-    baseline = [r for r in rows if r[0] == str(hyp)]
-    other = [r for r in rows if r[0] == str(half_right)]
-    assert len(baseline) == 2 and len(other) == 2
-    assert all("baseline" in r[-1] for r in baseline)
-    for row in other:
-        assert re.search(r"p = 0\.\d{4}", row[-1]), row

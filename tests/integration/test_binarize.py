@@ -1,3 +1,8 @@
+"""binarize: text to token arrays, in this process or a pool of workers, gzip input,
+filters counted by reason, errors that leave nothing half-written, recovery after a crash
+or a SIGKILL, and the manifest it writes (the manifest format alone:
+tests/unit/test_manifest.py)."""
+
 from __future__ import annotations
 
 import gzip
@@ -5,18 +10,17 @@ import json
 import multiprocessing
 import os
 import shutil
-import stat
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from builders import small_manifest
 
-from mtkit.atomic import atomic_write, atomic_write_json, old_dir, recover_dir, replace_dir
 from mtkit.binarize import _Encoder, binarize
 from mtkit.dataset import ParallelData
-from mtkit.errors import ConfigError, DataError, OutputError
-from mtkit.manifest import Manifest, SourceFile, SplitInfo, load_manifest
+from mtkit.errors import ConfigError, DataError
+from mtkit.manifest import Manifest, load_manifest
 from mtkit.textio import file_fingerprint
 from mtkit.tokenizer import UNK_ID, Tokenizer
 
@@ -284,44 +288,7 @@ def test_bad_split_names_are_config_errors(tokenizer: Tokenizer, splits, tmp_pat
     assert not out.exists()
 
 
-# --------------------------------------------------------------------------- manifest
-
-
-def _manifest() -> Manifest:
-    def split(lines: int, filtered: bool) -> SplitInfo:
-        return SplitInfo(
-            lines=lines,
-            pairs=lines - 3 * filtered,
-            src_tokens=10 * lines,
-            tgt_tokens=11 * lines,
-            filtered=filtered,
-            dropped={"empty": 1 * filtered, "too_long": 2 * filtered, "ratio": 0},
-            src=SourceFile(f"/corpus/{lines}.es", "ab" * 20),
-            tgt=SourceFile(f"/corpus/{lines}.en", "cd" * 20),
-        )
-
-    return Manifest("uint16", "f" * 64, 255, 3.0, {"train": split(9, True), "dev": split(4, False)})
-
-
-def test_manifest_round_trip_and_file_format(tmp_path: Path) -> None:
-    manifest = _manifest()
-    assert Manifest.from_dict(manifest.to_dict(), "here") == manifest
-    manifest.write(tmp_path)
-    assert load_manifest(tmp_path) == manifest
-    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # no temp file left
-    text = (tmp_path / "manifest.json").read_text(encoding="utf-8")
-    # the file format: these keys in this order, indent 2, a final newline
-    assert text.startswith(
-        '{\n  "format": "mtkit-bin",\n  "version": 1,\n  "dtype": "uint16",\n'
-        f'  "tokenizer": "{"f" * 64}",\n  "max_len": 255,\n  "max_ratio": 3.0,\n'
-        '  "splits": {\n    "train": {\n      "lines": 9,\n      "pairs": 6,\n'
-        '      "src_tokens": 90,\n      "tgt_tokens": 99,\n      "filtered": true,\n'
-        '      "dropped": {\n        "empty": 1,\n        "too_long": 2,\n        "ratio": 0\n'
-        '      },\n      "src": {\n        "path": "/corpus/9.es",\n'
-        f'        "fingerprint": "{"ab" * 20}"\n      }},\n'
-    )
-    assert text.endswith("}\n    }\n  }\n}\n")
-    assert text == json.dumps(manifest.to_dict(), indent=2) + "\n"
+# --------------------------------------------------------------------------- the manifest it writes
 
 
 def test_binarised_manifest_is_rewritten_byte_for_byte(binarized: Path, tmp_path: Path) -> None:
@@ -336,91 +303,7 @@ def test_training_fingerprints(binarized: Path, tokenizer: Tokenizer, splits) ->
         "train.src": file_fingerprint(splits["train"][0]),
         "train.tgt": file_fingerprint(splits["train"][1]),
     }
-    without_train = Manifest("uint16", "f" * 64, 255, 3.0, {"dev": _manifest().splits["dev"]})
+    dev = small_manifest().splits["dev"]
+    without_train = Manifest("uint16", "f" * 64, 255, 3.0, {"dev": dev})
     with pytest.raises(DataError, match=r"no 'train' split \(has: dev\)"):
         without_train.training_fingerprints()
-
-
-def test_malformed_foreign_and_newer_manifests(tmp_path: Path) -> None:
-    path = tmp_path / "manifest.json"
-    good = _manifest().to_dict()
-    assert load_manifest(tmp_path) is None  # no manifest
-    for foreign in ("{not json", "[1, 2]", json.dumps({**good, "format": "other"})):
-        path.write_text(foreign, encoding="utf-8")
-        assert load_manifest(tmp_path) is None
-
-    path.write_text(json.dumps({**good, "version": 2}), encoding="utf-8")
-    with pytest.raises(DataError, match=r"binarised by a newer mtkit \(format version 2\)"):
-        load_manifest(tmp_path)
-    with pytest.raises(DataError, match="binarised by a newer mtkit"):
-        ParallelData(tmp_path, "train")
-
-    missing = {k: v for k, v in good.items() if k != "dtype"}
-    bad_split = json.loads(json.dumps(good))
-    bad_split["splits"]["dev"]["lines"] = "4"
-    for raw, detail in ((missing, "no 'dtype'"), (bad_split, "split 'dev': 'lines' must be")):
-        path.write_text(json.dumps(raw), encoding="utf-8")
-        with pytest.raises(DataError, match=f"manifest.json is malformed \\({detail}"):
-            load_manifest(tmp_path)
-    with pytest.raises(DataError, match=r"^here: manifest.json does not describe mtkit"):
-        Manifest.from_dict([], "here")
-
-
-# --------------------------------------------------------------------------- atomic writes
-
-
-def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> None:
-    path = tmp_path / "model.bin"
-    path.write_bytes(b"previous")
-
-    def fail(file) -> None:
-        file.write(b"half of the new")
-        raise OSError(28, "No space left on device")
-
-    with pytest.raises(OutputError) as info:
-        atomic_write(path, fail)
-    assert str(info.value) == (
-        f"{path}: cannot write (No space left on device); the previous file, if any, is intact"
-    )
-    assert path.read_bytes() == b"previous"
-    assert [p.name for p in tmp_path.iterdir()] == ["model.bin"]  # the temp file is gone
-
-    with pytest.raises(OutputError, match="cannot write"):  # no parent directories made
-        atomic_write_json(tmp_path / "missing" / "x.json", {})
-    assert not (tmp_path / "missing").exists()
-
-
-def test_atomic_write_gives_a_plain_file_mode(tmp_path: Path) -> None:
-    plain = tmp_path / "plain"
-    plain.write_bytes(b"")
-    atomic_write_json(tmp_path / "x.json", {"a": 1})
-    assert (tmp_path / "x.json").read_text(encoding="utf-8") == '{\n  "a": 1\n}\n'
-    mode = stat.S_IMODE((tmp_path / "x.json").stat().st_mode)
-    assert mode == stat.S_IMODE(plain.stat().st_mode)  # what open() gives, not mkstemp's 0600
-
-
-def test_replace_dir_and_recovery_from_a_crash_between_the_renames(tmp_path: Path) -> None:
-    out, old = tmp_path / "export", old_dir(tmp_path / "export")
-    assert old == tmp_path / "export.old"
-
-    def build(name: str, content: str) -> Path:
-        partial = tmp_path / name
-        partial.mkdir()
-        (partial / "file").write_text(content)
-        return partial
-
-    replace_dir(build("p1", "first"), out)  # no previous OUT
-    replace_dir(build("p2", "second"), out)
-    assert (out / "file").read_text() == "second"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
-
-    # a crash after OUT -> OUT.old, before PARTIAL -> OUT: only OUT.old (and PARTIAL) remain
-    build("p3", "third")
-    os.replace(out, old)
-    recover_dir(out)
-    assert (out / "file").read_text() == "second" and not old.exists()
-    recover_dir(out)  # nothing to do: a no-op
-    assert (out / "file").read_text() == "second"
-    shutil.rmtree(out)
-    recover_dir(out)  # neither exists: still a no-op
-    assert not out.exists() and not old.exists()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import sentencepiece as spm
+from builders import raw_recipe
 
 from mtkit.config import recipe_from_dict
 from mtkit.errors import CheckpointError, DataError
@@ -105,14 +106,9 @@ def test_from_bytes_and_fingerprint(tokenizer: Tokenizer) -> None:
 
 
 def _recipe(data_dir: Path, joint: bool):
-    return recipe_from_dict(
-        {
-            "data": {"train": {"src": "train.es", "tgt": "train.en"}},
-            "tokenizer": {"vocab_size": VOCAB, "joint": joint},
-            "model": {"tie_embeddings": "all" if joint else "decoder"},
-        },
-        base_dir=data_dir,
-    )
+    raw = raw_recipe("train.es", "train.en", tokenizer={"vocab_size": VOCAB, "joint": joint},
+                     model={"tie_embeddings": "all" if joint else "decoder"})
+    return recipe_from_dict(raw, base_dir=data_dir)
 
 
 def test_recipe_tokenizers(data_dir: Path, tmp_path: Path, spm_model: Path) -> None:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from builders import raw_recipe
 
 from mtkit.config import (
     Average,
@@ -21,8 +22,6 @@ from mtkit.config import (
     replace_checked,
 )
 from mtkit.errors import ConfigError
-
-DATA = Path(__file__).parent / "data"
 
 
 def write_recipe(tmp_path: Path, text: str) -> Path:
@@ -194,8 +193,7 @@ def test_old_key_is_read_into_the_new_one(tmp_path):
     assert recipe.train.average == Average("last", 3)
     assert "average_last" not in recipe.to_dict()["train"]
     with pytest.raises(ConfigError) as info:
-        recipe_from_dict({"data": {"train": {"src": "a", "tgt": "b"}},
-                          "train": {"average": "none", "average_last": 2}})
+        recipe_from_dict(raw_recipe("a", "b", train={"average": "none", "average_last": 2}))
     assert str(info.value) == ("recipe: train.average_last is the old name of train.average; "
                                "keep only train.average")
 
@@ -274,8 +272,7 @@ def test_nbest_defaults_to_one_and_follows_stop():
     names = [f.name for f in dataclasses.fields(DecodeConfig)]
     assert names[names.index("stop") + 1] == "nbest"
     assert DecodeConfig().nbest == 1
-    recipe = recipe_from_dict({"data": {"train": {"src": "a", "tgt": "b"}},
-                               "decode": {"beam": 4, "nbest": 4}})
+    recipe = recipe_from_dict(raw_recipe("a", "b", decode={"beam": 4, "nbest": 4}))
     assert recipe.decode.nbest == 4
 
 

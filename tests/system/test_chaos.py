@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import torch
-from conftest import CLI_ENV, MTKIT
-from toy import bible_recipe
+from builders import bible_recipe
+from conftest import CliResult, run_mtkit, start_mtkit
 
 from mtkit.checkpoint import load_checkpoint
 from mtkit.manifest import load_manifest
@@ -23,18 +23,15 @@ TRAIN = {"max_steps": STEPS, "save_every": 2, "keep_last": 3, "valid_every": 10,
          "log_every": 1, "valid_bleu_lines": 10, "average": "best-2", "best_metric": "loss"}
 
 
-def run_to_completion(directory: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(MTKIT), "train", "tiny.yaml", "--until", "train"],
-                          cwd=directory, env=CLI_ENV, capture_output=True, text=True,
-                          timeout=600)
+def run_to_completion(directory: Path) -> CliResult:
+    return run_mtkit(["train", "tiny.yaml", "--until", "train"], cwd=directory, timeout=600)
 
 
 def kill_after_step(directory: Path, step: int, rng: random.Random) -> int:
     """Run until the trainer logs `step`, then SIGKILL it a random moment later (with a
     checkpoint every 2 steps, some kills land while one is being written)."""
-    process = subprocess.Popen([str(MTKIT), "train", "tiny.yaml", "--until", "train"],
-                               cwd=directory, env=CLI_ENV, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = start_mtkit(["train", "tiny.yaml", "--until", "train"], cwd=directory,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in process.stderr:
         logged = re.search(r"\| step (\d+) \|", line)
         if logged and int(logged.group(1)) >= step:

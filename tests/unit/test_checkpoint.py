@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 import torch
+from builders import raw_recipe
 
 from mtkit.atomic import atomic_write
 from mtkit.checkpoint import (
@@ -22,12 +23,9 @@ from mtkit.checkpoint import (
 from mtkit.config import recipe_from_dict
 from mtkit.errors import CheckpointError, OutputError
 
-RAW_RECIPE = {"data": {"train": {"src": "/data/train.es", "tgt": "/data/train.en"}},
-              "model": {"d_model": 4, "heads": 2}}
-
 
 def bundle(weight: float, model=None, spm=b"spm") -> Bundle:
-    raw = {**RAW_RECIPE, "model": model or RAW_RECIPE["model"]}
+    raw = raw_recipe("/data/train.es", "/data/train.en", model=model or {"d_model": 4, "heads": 2})
     state = {"w": torch.full((2, 2), weight), "steps": torch.tensor(7)}
     return Bundle(state, recipe_from_dict(raw), spm, None, {"train": "abc"})
 

@@ -1,0 +1,34 @@
+"""`mtkit export` and `mtkit translate -m EXPORT` as a user runs them: the line contract
+holds, an export is never overwritten silently, and `--stop exact` (torch only) is a clear
+error. (Token-for-token equality with mtkit's decoding: tests/integration/test_ct2_export.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+
+def test_export_and_translate_through_the_cli(reverse_model, tmp_path, mtkit_cli):
+    model, test_src = reverse_model
+    export = ["export", "-m", model, "-o", "exported", "--quantization", "int8"]
+    done = mtkit_cli(export, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    again = mtkit_cli(export, cwd=tmp_path)
+    assert again.returncode == 2 and "--force" in again.stderr  # never overwrites silently
+
+    text = test_src.read_text().splitlines()[:20]
+    source = "\n".join(text[:10] + ["", "  "] + text[10:]) + "\n"
+    for extra in ([], ["--beam", "3", "--nbest", "2"]):
+        done = mtkit_cli(["translate", "-m", "exported", *extra], cwd=tmp_path, input=source)
+        assert done.returncode == 0, done.stderr
+        rows = done.stdout.splitlines()
+        if not extra:
+            assert len(rows) == 22 and rows[10] == "" and rows[11] == ""
+        else:
+            indices = [int(r.split("\t")[0]) for r in rows]
+            assert set(indices) == set(range(22))
+    exact = ["translate", "-m", "exported", "--stop", "exact"]  # torch only
+    done = mtkit_cli(exact, cwd=tmp_path, input="hola\n")
+    assert done.returncode != 0 and "--engine torch" in done.stderr
+    assert "Traceback" not in done.stderr

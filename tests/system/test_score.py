@@ -1,0 +1,120 @@
+"""Scores are sacrebleu's own: mtkit.metrics and `mtkit score` against sacrebleu's
+command-line tool, each run in a subprocess as a user would."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from builders import DATA, HYPS, REF1, REF2
+
+from mtkit.metrics import corpus_scores
+
+SACREBLEU = Path(sys.executable).with_name("sacrebleu")  # sacrebleu's own command
+
+
+def sacrebleu(*args: str | Path) -> str:
+    """What `sacrebleu ARGS` prints on stdout."""
+    done = subprocess.run([str(SACREBLEU), *map(str, args)], capture_output=True, text=True,
+                          check=True)
+    return done.stdout
+
+
+def sacrebleu_cli(*args: str | Path) -> list[str]:
+    return sacrebleu(*args).strip().splitlines()
+
+
+def sacrebleu_scores(refs: list[Path], hyp: Path) -> list[float]:
+    """BLEU and chrF from the sacrebleu command itself, 4 decimals."""
+    out = sacrebleu(*refs, "-i", hyp, "-m", "bleu", "chrf", "-b", "-w", "4")
+    return [float(x) for x in json.loads(out)]
+
+
+def write_lines(path: Path, lines: list[str]) -> str:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+# --------------------------------------------------------------------------- mtkit.metrics
+
+
+@pytest.mark.parametrize("refs", [[REF1], [REF1, REF2]], ids=["one-ref", "two-refs"])
+def test_scores_equal_sacrebleu_cli(tmp_path, refs):
+    hyp = write_lines(tmp_path / "hyp.txt", HYPS)
+    ref_files = [write_lines(tmp_path / f"ref{i}.txt", r) for i, r in enumerate(refs)]
+    cli = sacrebleu_cli(*ref_files, "-i", hyp, "-m", "bleu", "chrf", "-b", "-w", "4", "-f", "text")
+    ours = corpus_scores(HYPS, refs, metrics=("bleu", "chrf"))
+    assert [s.name for s in ours] == ["BLEU", "chrF2"]
+    assert [f"{s.score:.4f}" for s in ours] == cli
+    # the full report line too (signature included), at sacrebleu's API width of 2
+    cli_text = sacrebleu_cli(*ref_files, "-i", hyp, "-m", "bleu", "chrf", "-w", "2", "-f", "text")
+    assert [s.text for s in ours] == [line.strip() for line in cli_text]
+    assert ours[0].signature.startswith(f"nrefs:{len(refs)}|")
+
+
+def test_ter_and_lowercase_match_cli(tmp_path):
+    hyp = write_lines(tmp_path / "hyp.txt", [h.upper() for h in HYPS])
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    cli = sacrebleu_cli(ref, "-i", hyp, "-m", "bleu", "ter", "-lc", "-b", "-w", "4", "-f", "text")
+    ours = corpus_scores([h.upper() for h in HYPS], [REF1], ("bleu", "ter"), lowercase=True)
+    assert [f"{s.score:.4f}" for s in ours] == cli
+    assert "case:lc" in ours[0].signature
+
+
+# --------------------------------------------------------------------------- mtkit score
+
+
+@pytest.fixture(scope="module")
+def half_right(tmp_path_factory) -> Path:
+    """A hypothesis file with a middling BLEU: every other reference line, words reversed."""
+    path = tmp_path_factory.mktemp("hyp") / "half.en"
+    refs = (DATA / "test.en").read_text(encoding="utf-8").split("\n")[:-1]
+    out = [r if i % 2 else " ".join(reversed(r.split())) for i, r in enumerate(refs)]
+    path.write_text("".join(line + "\n" for line in out), encoding="utf-8")
+    return path
+
+
+def test_score_json_matches_sacrebleu(tiny_run, mtkit_cli):
+    hyp = next((tiny_run.run_dir / "eval").glob("*.hyp.en"))
+    result = mtkit_cli(["score", "--ref", DATA / "test.en", "--json", "-i", hyp],
+                       cwd=tiny_run.root)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["name"] for r in rows] == ["BLEU", "chrF2"]
+    expected = sacrebleu_scores([DATA / "test.en"], hyp)
+    assert [round(r["score"], 4) for r in rows] == pytest.approx(expected, abs=1e-4)
+    assert all("nrefs:1" in r["signature"] and "version:" in r["signature"] for r in rows)
+
+
+def test_score_two_references_match_sacrebleu(tiny_run, half_right, mtkit_cli, tmp_path):
+    other = tmp_path / "other.en"  # a second reference that differs from the first
+    other.write_text((DATA / "test.en").read_text(encoding="utf-8").replace(" the ", " a "),
+                     encoding="utf-8")
+    result = mtkit_cli(["score", "--ref", DATA / "test.en", "--ref", other],
+                       cwd=tiny_run.root, input=half_right.read_bytes())
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("BLEU|nrefs:2") and lines[1].startswith("chrF2|nrefs:2")
+    printed = [float(re.search(r" = ([\d.]+)", line).group(1)) for line in lines]
+    expected = sacrebleu_scores([DATA / "test.en", other], half_right)
+    assert printed == [round(x, 2) for x in expected]
+    assert 20 < printed[0] < 90  # a middling score: a meaningful comparison
+
+
+def test_score_significance_prints_a_p_value(tiny_run, half_right, mtkit_cli):
+    hyp = next((tiny_run.run_dir / "eval").glob("*.hyp.en"))
+    result = mtkit_cli(["score", "--ref", DATA / "test.en", "-s", hyp, "-s", half_right],
+                       cwd=tiny_run.root)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    baseline = [r for r in rows if r[0] == str(hyp)]
+    other = [r for r in rows if r[0] == str(half_right)]
+    assert len(baseline) == 2 and len(other) == 2
+    assert all("baseline" in r[-1] for r in baseline)
+    for row in other:
+        assert re.search(r"p = 0\.\d{4}", row[-1]), row

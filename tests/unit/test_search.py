@@ -1,0 +1,238 @@
+"""Greedy and beam search on hand-scripted models with known answers (a tiny trained
+model: tests/integration/test_search_trained.py)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+from builders import (
+    BOS,
+    EOS,
+    LONG_RECOVERS,
+    PAD,
+    UNK,
+    VOCAB,
+    A,
+    B,
+    C,
+    D,
+    Probs,
+    ScriptedModel,
+    table,
+)
+
+from mtkit.search import (
+    Hypothesis,
+    beam_search,
+    greedy_search,
+    max_lengths,
+    source_lengths,
+)
+
+# --------------------------------------------------------------------------- scripted inputs
+
+
+def random_probs(seed: int = 0) -> Callable[[int, tuple[int, ...]], Probs]:
+    """Reproducible random distributions per (source, prefix), EOS likelier as it grows."""
+
+    def next_probs(key: int, prefix: tuple[int, ...]) -> Probs:
+        g = torch.Generator().manual_seed(hash((seed, key, prefix)) % 2**31)
+        logits = 2 * torch.randn(VOCAB, generator=g)
+        logits[EOS] += len(prefix) - 3
+        probs = logits[EOS:].softmax(0).tolist()
+        return dict(enumerate(probs, start=EOS))
+
+    return next_probs
+
+
+def sources(*ids: int, length: int = 3) -> torch.Tensor:
+    """One row per id: `length` copies of it then EOS (source_lengths = length)."""
+    return torch.tensor([[i] * length + [EOS] for i in ids])
+
+
+def ln(p: float) -> float:
+    return math.log(p)
+
+
+# --------------------------------------------------------------------------- lengths
+
+
+def test_max_lengths():
+    src = torch.tensor([[A, EOS, PAD, PAD], [A, B, C, EOS], [BOS, A, B, EOS]])
+    assert source_lengths(src).tolist() == [1, 3, 2]
+    assert max_lengths([0, 5, 10], 1.2, 10, 1024).tolist() == [10, 16, 22]  # int(1.2*10+10)
+    assert max_lengths([0, 5, 10], 1.2, 10, 20).tolist() == [10, 16, 19]  # max_positions - 1
+    assert max_lengths([3], 0.0, 0, 20).tolist() == [1]
+
+
+# --------------------------------------------------------------------------- known answers
+
+# Greedy takes A (0.5) then C: p = 0.2. B (0.4) then EOS (0.9) is better: p = 0.36.
+GREEDY_TRAP = {(): {A: 0.5, B: 0.4, EOS: 0.1}, (A,): {C: 0.4, D: 0.35, EOS: 0.25},
+               (B,): {EOS: 0.9, C: 0.1}}
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_beam_escapes_the_greedy_trap(use_cache):
+    model = ScriptedModel(table(GREEDY_TRAP))
+    (greedy,) = greedy_search([model], sources(A), use_cache=use_cache)
+    assert greedy.tokens == [A, C]
+    assert greedy.logprob == pytest.approx(ln(0.2), abs=1e-4)
+    assert greedy.score == greedy.logprob
+    (hyps,) = beam_search([model], sources(A), beam=2, lenpen=0.0, nbest=2, use_cache=use_cache)
+    assert [h.tokens for h in hyps] == [[B], [A, C]]
+    assert [h.logprob for h in hyps] == pytest.approx([ln(0.36), ln(0.2)], abs=1e-4)
+
+
+@pytest.mark.parametrize("stop", ["early", "exact"])
+def test_search_stops_once_nothing_can_beat_the_nbest(stop):
+    # After step 1, B EOS (0.36) is finished and the live A C (0.2), A D (0.175) can only
+    # lose probability: with nbest=1 nothing can change, so the search stops there.
+    model = ScriptedModel(table(GREEDY_TRAP))
+    (hyps,) = beam_search([model], sources(A), beam=2, lenpen=0.0, nbest=1, stop=stop)
+    assert hyps[0].tokens == [B]
+    assert model.rows_per_step == [2, 2]
+    model.rows_per_step.clear()
+    beam_search([model], sources(A), beam=2, lenpen=0.0, nbest=2, stop=stop)  # A C's end
+    assert model.rows_per_step == [2, 2, 2]
+
+
+# LONG_RECOVERS (builders): the case where the stop rules differ.
+
+
+def test_early_stop_gives_up_a_hypothesis_that_would_recover():
+    model = ScriptedModel(table(LONG_RECOVERS))
+    (early,) = beam_search([model], sources(A), beam=2, lenpen=1.0, stop="early")
+    assert early[0].tokens == [] and model.rows_per_step == [2]
+    (exact,) = beam_search([model], sources(A), beam=2, lenpen=1.0, stop="exact")
+    assert exact[0].tokens == [A, B, C, D]
+    assert exact[0].score == pytest.approx((ln(0.3) + 3 * ln(0.99)) / 5, abs=1e-4)
+    for stop in ("early", "exact"):  # without length penalty, ending now is the best
+        (raw,) = beam_search([model], sources(A), beam=2, lenpen=0.0, stop=stop)
+        assert raw[0].tokens == []
+    with pytest.raises(ValueError, match="stop"):
+        beam_search([model], sources(A), stop="never")
+
+
+# Ending now (0.55) beats A B EOS (0.324) in total log-prob, but not per token.
+SHORT_OR_LONG = {(): {EOS: 0.55, A: 0.45}, (A,): {B: 0.8, EOS: 0.2}, (A, B): {EOS: 0.9, C: 0.1}}
+
+
+def test_length_penalty_changes_the_winner():
+    model = ScriptedModel(table(SHORT_OR_LONG))
+    (raw,) = beam_search([model], sources(A), beam=2, lenpen=0.0)
+    assert raw[0].tokens == [] and raw[0].score == pytest.approx(ln(0.55), abs=1e-4)
+    (normalised,) = beam_search([model], sources(A), beam=2, lenpen=1.0, stop="exact")
+    best = normalised[0]
+    assert best.tokens == [A, B]
+    assert best.logprob == pytest.approx(ln(0.324), abs=1e-4)
+    assert best.score == pytest.approx(ln(0.324) / 3, abs=1e-4)  # 2 tokens + EOS
+    (early,) = beam_search([model], sources(A), beam=2, lenpen=1.0, stop="early")
+    assert early == normalised  # A B stays ahead of the finished EOS at every step
+
+
+def test_eos_first_gives_an_empty_hypothesis():
+    model = ScriptedModel(table({(): {EOS: 0.7, A: 0.3}}))
+    (greedy,) = greedy_search([model], sources(A))
+    p_eos = pytest.approx(ln(0.7), abs=1e-4)
+    assert greedy == Hypothesis([], p_eos, p_eos)
+    (hyps,) = beam_search([model], sources(A), beam=2, nbest=2, lenpen=1.0)
+    assert [h.tokens for h in hyps] == [[], [A]]
+    assert hyps[1].score == pytest.approx(ln(0.3) / 2, abs=1e-4)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_max_length_is_respected(use_cache):
+    never_ends = ScriptedModel(lambda key, prefix: {A: 0.9, B: 0.1})
+    src = torch.tensor([[A, A, EOS, PAD], [B, B, B, EOS]])  # 2 and 3 real tokens
+    caps = [int(0.5 * 2 + 1), int(0.5 * 3 + 1)]  # [2, 2]
+    greedy = greedy_search([never_ends], src, max_len_a=0.5, max_len_b=1, use_cache=use_cache)
+    for hyp, cap in zip(greedy, caps, strict=True):
+        assert hyp.tokens == [A] * cap  # cut at the cap, as it is: no EOS term
+        assert hyp.logprob == pytest.approx(cap * ln(0.9), abs=1e-4)
+    beams = beam_search([never_ends], src, beam=3, nbest=3, lenpen=1.0, max_len_a=0.5,
+                        max_len_b=1, use_cache=use_cache)
+    for hyps, cap in zip(beams, caps, strict=True):
+        assert len(hyps) == 3
+        assert all(len(h.tokens) == cap for h in hyps)
+        assert all(h.score == pytest.approx(h.logprob / cap, abs=1e-5) for h in hyps)
+    # max_positions caps it too: no target longer than max_positions - 1
+    short = ScriptedModel(lambda key, prefix: {A: 0.9, B: 0.1}, max_positions=4)
+    assert [len(h.tokens) for h in greedy_search([short], src, use_cache=use_cache)] == [3, 3]
+    for hyps in beam_search([short], src, beam=2, nbest=2, use_cache=use_cache):
+        assert [len(h.tokens) for h in hyps] == [3, 3]
+
+
+def test_nbest_is_sorted_and_complete():
+    model = ScriptedModel(random_probs())
+    for lenpen in (0.0, 1.0):
+        for hyps in beam_search([model], sources(A, B, C), beam=4, nbest=4, lenpen=lenpen):
+            assert len(hyps) == 4
+            scores = [h.score for h in hyps]
+            assert scores == sorted(scores, reverse=True)
+            assert len({tuple(h.tokens) for h in hyps}) == 4  # no duplicates
+            for h in hyps:  # all ended by EOS here, so length = tokens + 1
+                assert h.score == pytest.approx(h.logprob / (len(h.tokens) + 1) ** lenpen)
+    with pytest.raises(ValueError, match="nbest"):
+        beam_search([model], sources(A), beam=2, nbest=3)
+
+
+def test_finished_sentences_leave_the_batch():
+    # Source A ends at once; source B runs three tokens.
+    def next_probs(key, prefix):
+        if key == A:
+            return {EOS: 0.99}
+        return {B: 0.9} if len(prefix) < 3 else {EOS: 0.9}
+
+    model = ScriptedModel(next_probs)
+    greedy = greedy_search([model], sources(A, B))
+    assert [h.tokens for h in greedy] == [[], [B, B, B]]
+    assert model.rows_per_step == [2, 1, 1, 1]
+
+    model.rows_per_step.clear()
+    beams = beam_search([model], sources(A, B), beam=2, lenpen=0.0)
+    assert [h[0].tokens for h in beams] == [[], [B, B, B]]
+    rows = model.rows_per_step
+    assert rows[0] == 4 and rows[-1] == 2  # both sentences, then B's beams only
+    assert rows == sorted(rows, reverse=True)
+
+
+@pytest.mark.parametrize("lenpen", [0.0, 1.0])
+def test_cached_equals_uncached_scripted(lenpen):
+    model = ScriptedModel(random_probs(1))
+    src = sources(A, B, C, D)
+    assert greedy_search([model], src) == greedy_search([model], src, use_cache=False)
+    cached = beam_search([model], src, beam=3, nbest=3, lenpen=lenpen)
+    assert cached == beam_search([model], src, beam=3, nbest=3, lenpen=lenpen, use_cache=False)
+
+
+def test_beam_one_is_greedy_scripted():
+    model = ScriptedModel(random_probs(2))
+    src = sources(A, B, C, D, UNK)
+    greedy = greedy_search([model], src)
+    assert [h[0] for h in beam_search([model], src, beam=1, lenpen=0.0)] == greedy
+
+
+def test_batch_equals_one_by_one_scripted():
+    model = ScriptedModel(random_probs(3))
+    src = torch.tensor([[A, EOS, PAD, PAD], [B, B, B, EOS], [C, C, EOS, PAD]])
+    batched = beam_search([model], src, beam=3, nbest=2)
+    alone = [beam_search([model], row[None], beam=3, nbest=2)[0] for row in src]
+    assert batched == alone
+
+
+def test_ensemble_averages_log_probs():
+    first, second = ScriptedModel(random_probs(4)), ScriptedModel(random_probs(5))
+
+    def averaged(key, prefix):  # exp(mean log p): same argmax as the ensemble's mean
+        p, q = first.next_probs(key, prefix), second.next_probs(key, prefix)
+        return {t: math.sqrt(p[t] * q[t]) for t in p}
+
+    src = sources(A, B, C)
+    ensemble = greedy_search([first, second], src)
+    reference = greedy_search([ScriptedModel(averaged)], src)
+    assert [h.tokens for h in ensemble] == [h.tokens for h in reference]
+    assert greedy_search([first, first], src) == greedy_search([first], src)

@@ -1,0 +1,94 @@
+"""The Translator and TorchEngine in process, on scripted models: the decode settings
+reach the search through the engine contract, and input is read in bounded buffers.
+(`mtkit translate` as a user runs it: tests/system/test_translate.py.)"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+
+import pytest
+from builders import LONG_RECOVERS, A, B, C, D, ScriptedModel, raw_recipe, table
+
+from mtkit.config import DecodeConfig, recipe_from_dict
+from mtkit.engine import TorchEngine
+from mtkit.translate import Translator, read_line_buffers
+
+
+class LetterTokenizer:
+    """A stand-in tokenizer for scripted models: the words a b c d are tokens A B C D."""
+
+    ids = {"a": A, "b": B, "c": C, "d": D}
+
+    def encode_src(self, lines: list[str]) -> list[list[int]]:
+        return [[self.ids[word] for word in line.split()] for line in lines]
+
+    def decode_tgt(self, sequences: list[list[int]]) -> list[str]:
+        words = {token: word for word, token in self.ids.items()}
+        return [" ".join(words[token] for token in seq) for seq in sequences]
+
+
+def scripted_engine(**decode) -> tuple[TorchEngine, ScriptedModel]:
+    model = ScriptedModel(table(LONG_RECOVERS))
+    recipe = recipe_from_dict(raw_recipe("a", "b", decode=decode))
+    return TorchEngine([model], LetterTokenizer(), recipe, "cpu"), model
+
+
+# With beam 2 and lenpen 1.0 the rules differ on LONG_RECOVERS: `exact` finds A B C D,
+# `early` gives up A after one step and returns the empty hypothesis.
+EXACT = ([A, B, C, D], (math.log(0.3) + 3 * math.log(0.99)) / 5)  # 4 tokens + EOS
+EARLY = ([], math.log(0.7))  # EOS alone
+
+
+def test_the_stop_rule_reaches_the_search_through_the_engine():
+    """DecodeConfig.stop, handed to the Translator, is the rule beam_search runs: were it
+    dropped on the way, both settings would give the same hypothesis."""
+    found = {}
+    for stop in ("exact", "early"):
+        engine, model = scripted_engine()
+        settings = DecodeConfig(beam=2, lenpen=1.0, stop=stop)
+        translator = Translator(engine, settings)
+        [[best]] = translator.search(["a a a"])
+        found[stop] = best
+        assert translator.translate(["a a a"]) == ["a b c d" if stop == "exact" else ""]
+        [[direct]] = engine.search([[A, A, A]], settings)  # the engine contract itself
+        assert direct == best
+    assert (found["exact"].tokens, found["exact"].score) == (EXACT[0],
+                                                               pytest.approx(EXACT[1], abs=1e-4))
+    assert (found["early"].tokens, found["early"].score) == (EARLY[0],
+                                                               pytest.approx(EARLY[1], abs=1e-4))
+    assert found["exact"].score > found["early"].score  # exact found the better hypothesis
+
+
+@pytest.mark.parametrize("stop, expected", [("exact", "a b c d"), ("early", "")])
+def test_the_recipe_decode_section_is_the_default(stop, expected):
+    """Without settings, the Translator decodes with the model's recipe, its stop too."""
+    engine, model = scripted_engine(beam=2, lenpen=1.0, stop=stop)
+    translator = Translator(engine)
+    assert translator.settings.stop == stop
+    assert translator.translate(["a a a", "", "a a a"]) == [expected, "", expected]
+    assert model.rows_per_step, "the scripted model was never asked"
+
+
+def test_line_buffers_are_bounded_on_a_long_input():
+    """Memory stays bounded: however much input waits, a buffer never exceeds max_lines,
+    and every line comes out once, in order."""
+    read_fd, write_fd = os.pipe()
+    total = 20_000
+
+    def feed():
+        with os.fdopen(write_fd, "wb") as pipe:
+            for i in range(total):
+                pipe.write(b"line %d\n" % i)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    sizes, seen = [], 0
+    for buffer in read_line_buffers(read_fd, max_lines=500):
+        sizes.append(len(buffer))
+        assert buffer[0] == b"line %d" % seen
+        seen += len(buffer)
+    writer.join()
+    os.close(read_fd)
+    assert seen == total and max(sizes) <= 500
