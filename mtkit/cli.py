@@ -2,7 +2,8 @@
 
 Every command parses its options, calls one function and maps an MtkitError to a
 one-line message on stderr with exit code 2 (no traceback unless --debug). Data goes
-to stdout, everything else to stderr.
+to stdout, everything else to stderr. Commands import what they use inside their body,
+so that `mtkit --help` and `mtkit score` start without loading torch.
 """
 
 from __future__ import annotations

@@ -69,6 +69,16 @@ def test_roundtrip_through_dict(tmp_path):
     assert yaml.safe_load(recipe.to_yaml())["model"]["d_model"] == 64
 
 
+def load_error(tmp_path: Path, edit: str) -> tuple[Path, str]:
+    """The recipe path and the ConfigError of BASE (without its model and train lines)
+    plus `edit`."""
+    text = BASE.replace("model: {d_model: 64, heads: 4}", "").replace("train: {max_time: 90m}", "")
+    path = write_recipe(tmp_path, text + edit + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_recipe(path)
+    return path, str(info.value)
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [
@@ -92,12 +102,9 @@ def test_roundtrip_through_dict(tmp_path):
     ],
 )
 def test_validation_errors_name_the_key(tmp_path, edit, message):
-    text = BASE.replace("model: {d_model: 64, heads: 4}", "").replace("train: {max_time: 90m}", "")
-    path = write_recipe(tmp_path, text + edit + "\n")
-    with pytest.raises(ConfigError) as info:
-        load_recipe(path)
-    assert message in str(info.value)
-    assert str(path) in str(info.value)
+    path, error = load_error(tmp_path, edit)
+    assert message in error
+    assert str(path) in error
 
 
 def test_missing_data_file(tmp_path):
@@ -229,11 +236,8 @@ def test_a_single_mapping_is_a_list_of_one(tmp_path):
     ],
 )
 def test_ranges_and_checks(tmp_path, edit, message):
-    text = BASE.replace("model: {d_model: 64, heads: 4}", "").replace("train: {max_time: 90m}", "")
-    path = write_recipe(tmp_path, text + edit + "\n")
-    with pytest.raises(ConfigError) as info:
-        load_recipe(path)
-    assert str(info.value) == f"{path}: {message}"
+    path, error = load_error(tmp_path, edit)
+    assert error == f"{path}: {message}"
 
 
 def test_ranges_are_declared_beside_their_fields():
