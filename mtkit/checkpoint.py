@@ -45,6 +45,7 @@ class Progress:
     top: list[tuple[float, int]] = field(default_factory=list)  # (score, step), best first
     sampler: dict[str, int] = field(default_factory=dict)
     finished: str = ""  # why training stopped; empty while it can go on
+    tgt_tokens: int = 0  # target tokens trained on (non-pad, EOS included), all updates
 
     def record_validation(self, score: float) -> bool:
         """Count a validation (higher score = better) for best-model and patience; True
@@ -65,6 +66,24 @@ class Progress:
         return progress
 
 
+@dataclass(frozen=True)
+class Trained:
+    """How much training a model had: saved in every bundle, resumable or not."""
+
+    updates: int
+    epoch: int  # the epoch training was in (epochs count from 1)
+    seconds: float  # training wall clock, summed over resumed runs
+    tgt_tokens: int
+
+    @classmethod
+    def from_progress(cls, progress: Progress) -> Trained:
+        return cls(progress.step, progress.epoch, progress.elapsed, progress.tgt_tokens)
+
+    @property
+    def tgt_tokens_per_s(self) -> float:
+        return self.tgt_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
 @dataclass
 class TrainState:
     """What a resumable checkpoint adds to a model bundle."""
@@ -82,6 +101,7 @@ class Bundle:
     spm_tgt: bytes | None  # None: one joint model (spm_src) serves both sides
     data_fingerprints: dict[str, str]  # tokenizer and training files (manifest.py)
     train_state: TrainState | None = None
+    trained: Trained | None = None  # None in bundles of mtkit versions before it
     averaged_from: list[str] = field(default_factory=list)
     mtkit_version: str = __version__
 
@@ -123,6 +143,8 @@ class Bundle:
             raw["train_state"] = {"optimizer": state.optimizer,
                                   "progress": dataclasses.asdict(state.progress),
                                   "rng": state.rng}
+        if self.trained is not None:
+            raw["trained"] = dataclasses.asdict(self.trained)
         if self.averaged_from:
             raw["averaged_from"] = list(self.averaged_from)
         return raw
@@ -139,6 +161,7 @@ class Bundle:
                 data_fingerprints=dict(raw.get("data_fingerprints", {})),
                 train_state=None if state is None else TrainState(
                     state["optimizer"], Progress.from_dict(state["progress"]), state["rng"]),
+                trained=Trained(**raw["trained"]) if "trained" in raw else None,
                 averaged_from=list(raw.get("averaged_from", [])),
                 mtkit_version=str(raw.get("mtkit_version", "")),
             )
@@ -195,17 +218,22 @@ def average_checkpoints(paths: list[Path]) -> Bundle:
         raise CheckpointError("average: no checkpoints given")
     first = load_checkpoint(paths[0]).without_train_state()
     total = {k: v.double() if v.is_floating_point() else v for k, v in first.weights.items()}
+    trained = first.trained
     for path in paths[1:]:
         other = load_checkpoint(path)
         _check_compatible(paths[0], first, path, other)
         for key, value in other.weights.items():
             if value.is_floating_point():
                 total[key] += value.double()
+        if other.trained is not None and (trained is None or
+                                          other.trained.updates > trained.updates):
+            trained = other.trained  # the average is as trained as its newest member
     averaged = {}
     for key, value in total.items():
         dtype = first.weights[key].dtype
         averaged[key] = (value / len(paths)).to(dtype) if value.is_floating_point() else value
-    return dataclasses.replace(first, weights=averaged, averaged_from=[str(p) for p in paths])
+    return dataclasses.replace(first, weights=averaged, trained=trained,
+                               averaged_from=[str(p) for p in paths])
 
 
 def _check_compatible(path_a: Path, a: Bundle, path_b: Path, b: Bundle) -> None:

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from .batching import BatchSampler, make_batch
-from .checkpoint import Bundle, Progress, TrainState, load_checkpoint, save_checkpoint
+from .checkpoint import Bundle, Progress, Trained, TrainState, load_checkpoint, save_checkpoint
 from .config import Recipe
 from .dataset import ParallelData
 from .errors import Interrupted, TrainingDiverged
@@ -154,6 +154,7 @@ class Trainer:
             spm_tgt=self.tokenizer.tgt_bytes,
             data_fingerprints=self.data_fingerprints,
             train_state=train_state,
+            trained=Trained.from_progress(self.progress),
         )
 
     def save(self, step_checkpoint: bool) -> None:
@@ -256,7 +257,8 @@ class Trainer:
         self.train_model.train()
         batches = [make_batch(self.train_data, indices, self.max_len) for indices in group]
         ntokens = sum(b.ntokens for b in batches)
-        scale = self.world_size / _all_reduce_sum(ntokens, self.device)
+        global_tokens = _all_reduce_sum(ntokens, self.device)  # over all ranks
+        scale = self.world_size / global_tokens
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = nll_sum = 0.0
         for i, batch in enumerate(batches):
@@ -286,6 +288,7 @@ class Trainer:
             param_group["lr"] = lr
         self.optimizer.step()
         self.progress.step += 1
+        self.progress.tgt_tokens += global_tokens
         meter.add(loss_sum, nll_sum, ntokens, grad_norm, lr)
 
     def _skip_bad_update(self, loss: float, grad_norm: float) -> None:
