@@ -25,6 +25,7 @@ import numpy as np
 from .atomic import old_dir, recover_dir, replace_dir
 from .errors import ConfigError, DataError
 from .manifest import DROP_REASONS, MANIFEST_NAME, Manifest, SourceFile, SplitInfo
+from .progress import progress_bar
 from .textio import count_lines, file_fingerprint, read_lines
 from .tokenizer import Tokenizer
 
@@ -167,13 +168,17 @@ def _binarize_split(
     out: Path,
     dtype: np.dtype,
     limits: tuple[int, float] | None,  # (max_len, max_ratio) for filtered splits
+    total_lines: int,  # for the progress bar
 ) -> SplitInfo:
     writers = [_SideWriter(out / f"{split}.{side}", dtype) for side in SIDES]
     lines, dropped = 0, dict.fromkeys(DROP_REASONS, 0)
+    bar = progress_bar(total_lines, "line")
     try:
         chunks = _parallel_chunks(split, src, tgt)
         for src_flat, src_lens, tgt_flat, tgt_lens in encoder.map(chunks):
             lines += len(src_lens)
+            if bar is not None:
+                bar.update(len(src_lens))
             keep = np.ones(len(src_lens), dtype=bool)
             if limits is not None:
                 keep, counts = _keep_mask(src_lens, tgt_lens, *limits)
@@ -181,6 +186,8 @@ def _binarize_split(
             writers[0].append(src_flat, src_lens, keep)
             writers[1].append(tgt_flat, tgt_lens, keep)
     finally:
+        if bar is not None:
+            bar.close()
         for writer in writers:
             writer.close()
     return SplitInfo(
@@ -218,7 +225,7 @@ def binarize(
     """
     out_dir = Path(out_dir)
     splits = {name: (Path(src), Path(tgt)) for name, (src, tgt) in splits.items()}
-    _check_splits(splits)
+    lines = _check_splits(splits)
     _prepare_out_dir(out_dir)
 
     vocab = max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
@@ -233,7 +240,8 @@ def binarize(
         stats: dict[str, SplitInfo] = {}
         for name, (src, tgt) in splits.items():
             limits = (max_len, max_ratio) if name in filter_splits else None
-            split = _binarize_split(name, src, tgt, encoder, partial, dtype, limits)
+            split = _binarize_split(name, src, tgt, encoder, partial, dtype, limits,
+                                    lines[name])
             summary = split.describe(max_len, max_ratio)
             print(f"binarize {name}: {summary}", file=sys.stderr)
             if split.pairs == 0:
@@ -264,10 +272,12 @@ def _cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-def _check_splits(splits: dict[str, tuple[Path, Path]]) -> None:
-    """Fail before any work: missing files, empty files, line count mismatches."""
+def _check_splits(splits: dict[str, tuple[Path, Path]]) -> dict[str, int]:
+    """Fail before any work: missing files, empty files, line count mismatches. Returns
+    the lines of each split."""
     if not splits:
         raise ConfigError("binarize needs at least one split")
+    lines = {}
     for name, (src, tgt) in splits.items():
         if not _SPLIT_NAME.match(name):
             raise ConfigError(f"split name {name!r}: use letters, digits, '_' or '-'")
@@ -276,6 +286,8 @@ def _check_splits(splits: dict[str, tuple[Path, Path]]) -> None:
             raise _length_mismatch(name, src, tgt, src_lines, tgt_lines)
         if src_lines == 0:
             raise DataError(f"{name}: {src} and {tgt} are empty")
+        lines[name] = src_lines
+    return lines
 
 
 # --------------------------------------------------------------------------- the output directory

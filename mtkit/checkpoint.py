@@ -26,6 +26,7 @@ from .atomic import atomic_write
 from .config import Recipe, recipe_from_dict
 from .errors import CheckpointError
 from .model import Transformer
+from .progress import progress_bar
 from .tokenizer import PAD_ID, Tokenizer
 
 FORMAT = "mtkit-checkpoint"
@@ -217,23 +218,44 @@ def average_checkpoints(paths: list[Path]) -> Bundle:
     if not paths:
         raise CheckpointError("average: no checkpoints given")
     first = load_checkpoint(paths[0]).without_train_state()
-    total = {k: v.double() if v.is_floating_point() else v for k, v in first.weights.items()}
+    # Tied weights (one tensor under several keys) are summed once and stay tied, so the
+    # average is no larger on disk than the checkpoints are.
+    shared = _tied_keys(first.weights)  # key -> the first key holding the same tensor
+    total = {k: v.double() if v.is_floating_point() else v
+             for k, v in first.weights.items() if shared[k] == k}
     trained = first.trained
+    bar = progress_bar(len(paths), "checkpoint", initial=1, enabled=len(paths) > 2)
     for path in paths[1:]:
         other = load_checkpoint(path)
         _check_compatible(paths[0], first, path, other)
         for key, value in other.weights.items():
-            if value.is_floating_point():
+            if value.is_floating_point() and shared[key] == key:
                 total[key] += value.double()
         if other.trained is not None and (trained is None or
                                           other.trained.updates > trained.updates):
             trained = other.trained  # the average is as trained as its newest member
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     averaged = {}
     for key, value in total.items():
         dtype = first.weights[key].dtype
         averaged[key] = (value / len(paths)).to(dtype) if value.is_floating_point() else value
+    averaged = {key: averaged[shared[key]] for key in first.weights}  # the file's key order
     return dataclasses.replace(first, weights=averaged, trained=trained,
                                averaged_from=[str(p) for p in paths])
+
+
+def _tied_keys(weights: dict[str, torch.Tensor]) -> dict[str, str]:
+    """Each key -> the first key whose tensor is the same view of the same memory."""
+    first_key: dict[tuple, str] = {}
+    shared = {}
+    for key, value in weights.items():
+        view = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape),
+                value.stride())
+        shared[key] = first_key.setdefault(view, key)
+    return shared
 
 
 def _check_compatible(path_a: Path, a: Bundle, path_b: Path, b: Bundle) -> None:

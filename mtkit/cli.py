@@ -209,6 +209,20 @@ def average(
 
 
 @app.command()
+def info(
+    path: Path = typer.Argument(..., metavar="MODEL|RUN_DIR",
+                                help="A model file, or a run directory (its model.pt)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+) -> None:
+    """Show what a model holds: architecture, vocabulary, training, and its run's scores."""
+    from .info import model_info
+
+    found = model_info(path)
+    text = json.dumps(found.to_dict(), indent=1) if as_json else "\n".join(found.lines())
+    sys.stdout.write(text + "\n")
+
+
+@app.command()
 def translate(
     models: list[Path] = typer.Option(..., "-m", "--model", help="Model file (repeat: ensemble)."),
     beam: int | None = typer.Option(None, "--beam", help="Beam size (1 = greedy)."),
@@ -236,6 +250,7 @@ def translate(
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output)."""
     from .atomic import atomic_write
+    from .textio import count_lines
     from .translate import OPTION_NAMES, Translator, translate_stream
 
     translator = Translator.load(
@@ -244,11 +259,18 @@ def translate(
         nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b,
     )
     in_fd = _open_input(input_file)
+    # a bar only for a file: its length is known, and interactive input needs none
+    total = count_lines(input_file) if input_file is not None and not quiet else None
+
+    def run(out) -> None:
+        translate_stream(translator, in_fd, out, scores=scores, total_lines=total,
+                         progress=total is not None)
+
     if output_file is not None:
-        atomic_write(output_file, lambda f: translate_stream(translator, in_fd, f, scores=scores))
+        atomic_write(output_file, run)
     else:
         try:
-            translate_stream(translator, in_fd, sys.stdout.buffer, scores=scores)
+            run(sys.stdout.buffer)
         except BrokenPipeError:
             _quiet_broken_pipe()
     if not quiet:
@@ -272,6 +294,22 @@ def export(
         raise ConfigError(f"--format {fmt}: expected ctranslate2")
     ct2.export(model, output, quantization, force)
     log.info("exported %s to %s (%s)", model, output, quantization)
+
+
+@app.command()
+def plot(
+    run_dirs: list[Path] = typer.Argument(..., help="Run directories to compare."),
+    output: Path = typer.Option(..., "-o", "--output", help="The PNG file to write."),
+    metrics: list[str] | None = typer.Option(
+        None, "--metric", help="Metric to draw, e.g. train.ppl (repeatable) "
+        "[default: train.loss and valid.bleu]."
+    ),
+) -> None:
+    """Plot runs' training curves into a PNG (needs the extra: pip install 'mtkit[plot]')."""
+    from .plot import plot_runs
+
+    plot_runs(list(run_dirs), output, tuple(metrics or ()))
+    log.info("curves of %d run(s) written to %s", len(run_dirs), output)
 
 
 def _open_input(path: Path | None) -> int:

@@ -24,9 +24,10 @@ from .binarize import binarize
 from .checkpoint import Bundle, average_checkpoints, load_checkpoint, save_checkpoint
 from .config import Recipe
 from .engine import TorchEngine
-from .errors import ConfigError
+from .errors import ConfigError, MtkitError
 from .evaluation import DevSet, dev_bleu, evaluate_test_sets, greedy, log_results, tune_decoding
 from .manifest import Manifest, load_manifest
+from .plot import plot_available, plot_runs
 from .run import RunPaths, training_complete
 from .runtime import resolve_device
 from .textio import file_fingerprint
@@ -48,6 +49,8 @@ class PipelineRun:
     tokenizer: Tokenizer | None = None  # from the tokenizer stage
     manifest: Manifest | None = None  # from the binarize stage
     model: Path | None = None  # model.pt, from the average stage
+    chosen: str = ""  # what model.pt is ("average" or a checkpoint's name), ditto
+    scores: dict[str, Any] | None = None  # eval/scores.json, from the eval stage
 
 
 def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
@@ -64,6 +67,36 @@ def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
             log.info("stopping after stage %s (--until)", name)
             break
     log.info("stage wall times (s): %s", ", ".join(f"{k} {v}" for k, v in timings.items()))
+    if run.model is not None:
+        _summary(run, _write_curves(run.paths))
+
+
+def _write_curves(paths: RunPaths) -> Path | None:
+    """RUN_DIR/curves.png when matplotlib is installed (the extra mtkit[plot]), redrawn
+    only when metrics.jsonl is newer: a second run writes nothing."""
+    curves = paths.run_dir / "curves.png"
+    if not plot_available() or not paths.metrics.is_file():
+        return None
+    if curves.is_file() and curves.stat().st_mtime >= paths.metrics.stat().st_mtime:
+        return curves
+    try:
+        return plot_runs([paths.run_dir], curves)
+    except MtkitError as exc:  # a picture is not worth failing a finished run for
+        log.warning("curves.png not written: %s", exc)
+        return None
+
+
+def _summary(run: PipelineRun, curves: Path | None) -> None:
+    """The end of `mtkit train`: where the model is, what it scores, how to use it."""
+    what = "the average" if run.chosen == "average" else run.chosen
+    log.info("[done] model: %s (%s)", run.model, what)
+    for result in (run.scores or {}).get("results", []):
+        scores = " | ".join(f"{k} {v['score']:.2f}" for k, v in result["scores"].items())
+        log.info("[done] %s: %s", Path(result["src"]).name, scores)
+    if curves is not None:
+        log.info("[done] curves: %s", curves)
+    log.info("[done] translate with: mtkit translate -m %s < input.%s > output.%s", run.model,
+             run.recipe.data.langs.src, run.recipe.data.langs.tgt)
 
 
 def _claim_run_dir(run: PipelineRun) -> None:
@@ -222,6 +255,7 @@ def average_stage(run: PipelineRun) -> None:
     old = _read_stamp(paths.model_stamp)
     if paths.model.is_file() and old is not None and old.get("sources") == stamp["sources"]:
         _skip("average", "model.pt is up to date with its checkpoints")
+        run.chosen = old.get("chosen", "")
         return
     best_bundle = load_checkpoint(best).without_train_state()
     chosen, bundle = best.name, best_bundle
@@ -242,7 +276,7 @@ def average_stage(run: PipelineRun) -> None:
     else:
         _run("average", f"model.pt is {best.name}")
     log.info("[average] model.pt is %s", "the average" if chosen == "average" else chosen)
-    stamp["chosen"] = chosen
+    stamp["chosen"] = run.chosen = chosen
     paths.model_stamp.unlink(missing_ok=True)
     save_checkpoint(paths.model, bundle)
     _write_stamp(paths.model_stamp, stamp)
@@ -273,6 +307,7 @@ def eval_stage(run: PipelineRun) -> None:
     old = _read_stamp(scores_path)
     if old is not None and old.get("stamp") == stamp:
         _skip("eval", "scores.json is up to date with model.pt and the test sets")
+        run.scores = old
         return
     _run("eval", f"translating {len(recipe.data.test)} test set(s) with model.pt")
     engine = TorchEngine.load([paths.model], run.device)
@@ -290,6 +325,7 @@ def eval_stage(run: PipelineRun) -> None:
     if grid is not None:
         report["dev_grid"] = grid
     _write_stamp(scores_path, report)
+    run.scores = report
     log_results(results)
 
 

@@ -9,6 +9,7 @@ The run directory (RUN_DIR, `runs/RECIPE_STEM` by default):
     checkpoints/               checkpoint_last.pt (resumable), checkpoint_best.pt,
                                checkpoint_N.pt (last K), best_N.pt (for best-K averaging)
     metrics.jsonl, train.log   one JSON record per log / validation line; the log
+    tensorboard/               the same scalars as TensorBoard event files (if installed)
     model.pt, model.stamp.json the model `translate` uses, and how it was chosen
     eval/                      test-set hypotheses and scores.json
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import signal
 import threading
 import time
@@ -31,6 +33,7 @@ from .atomic import atomic_write_bytes
 from .checkpoint import Bundle, Progress, load_checkpoint
 from .config import Recipe, TrainConfig
 from .errors import ConfigError
+from .tblog import TensorBoardLog, tensorboard_available
 from .tokenizer import Tokenizer
 
 
@@ -77,6 +80,10 @@ class RunPaths:
         return self.run_dir / "metrics.jsonl"
 
     @property
+    def tensorboard(self) -> Path:
+        return self.run_dir / "tensorboard"
+
+    @property
     def train_log(self) -> Path:
         return self.run_dir / "train.log"
 
@@ -113,6 +120,7 @@ class RunPaths:
         for path in [self.last, self.best, *self.step_checkpoints(), *self.top_checkpoints(),
                      self.metrics]:
             path.unlink(missing_ok=True)
+        shutil.rmtree(self.tensorboard, ignore_errors=True)
 
     def remove_temporary_files(self) -> None:
         """Checkpoint temp files a killed run left (atomic.atomic_write's `.NAME.*.tmp`)."""
@@ -177,11 +185,23 @@ def training_complete(recipe: Recipe, run_dir: Path, tokenizer: Tokenizer,
 
 
 class MetricsLog:
-    """RUN_DIR/metrics.jsonl: one JSON record per line, appended as training goes."""
+    """RUN_DIR/metrics.jsonl: one JSON record per line, appended as training goes, and
+    mirrored to TensorBoard (tblog.py) while `tensorboard` is open."""
 
     def __init__(self, path: Path, enabled: bool = True):
         self.path = path
         self.enabled = enabled  # only one process of a distributed run writes
+        self.tensorboard: TensorBoardLog | None = None
+
+    def open_tensorboard(self, log_dir: Path, resume_step: int) -> None:
+        """Mirror to TensorBoard from here on, when the package is installed."""
+        if self.enabled and tensorboard_available():
+            self.tensorboard = TensorBoardLog(log_dir, resume_step)
+
+    def close(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -189,6 +209,8 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as file:
             file.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            self.tensorboard.write(record)
 
     def truncate(self, step: int) -> None:
         """Drop records written after the checkpoint we resume from: they will be redone."""

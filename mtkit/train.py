@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -30,6 +29,7 @@ from .errors import Interrupted, TrainingDiverged
 from .evaluation import Validator
 from .loss import label_smoothed_nll
 from .model import Transformer
+from .progress import progress_bar
 from .run import (
     MetricsLog,
     RunPaths,
@@ -180,11 +180,13 @@ class Trainer:
         self.paths.run_dir.mkdir(parents=True, exist_ok=True)
         start = time.monotonic() - self.progress.elapsed
         meter = TrainMeter()
-        bar = _progress_bar(cfg.max_steps, self.progress.step)
+        bar = progress_bar(cfg.max_steps, "step", initial=self.progress.step)
+        self.metrics.open_tensorboard(self.paths.tensorboard, self.progress.step)
         try:
             with StopSignals() as signals:
                 self._loop(start, meter, bar, signals)
         finally:
+            self.metrics.close()
             if bar is not None:
                 bar.close()
         log.info(
@@ -379,12 +381,6 @@ class Trainer:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _progress_bar(total: int, initial: int):
-    if not sys.stderr.isatty():
-        return None
-    return tqdm(total=total or None, initial=initial, unit="step", file=sys.stderr, leave=True)
 
 
 def _all_reduce_sum(value: int, device) -> int:

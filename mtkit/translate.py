@@ -23,6 +23,7 @@ from .batching import token_batches
 from .config import DecodeConfig, replace_checked
 from .engine import Engine, load_engine
 from .errors import ConfigError
+from .progress import progress_bar
 from .runtime import resolve_device, set_threads
 from .search import Hypothesis
 
@@ -217,11 +218,13 @@ def decode_lines(raw: list[bytes], stats: Stats) -> list[str]:
 
 def translate_stream(
     translator: Translator, in_fd: int, out: BinaryIO, buffer_lines: int = 2000,
-    scores: bool = False,
+    scores: bool = False, total_lines: int | None = None, progress: bool = False,
 ) -> Stats:
-    """Translate everything readable from in_fd to out, flushing after every buffer."""
+    """Translate everything readable from in_fd to out, flushing after every buffer.
+    `progress`: a bar on stderr when it is a terminal (with an ETA given `total_lines`)."""
     start = time.perf_counter()
     index = 0
+    bar = progress_bar(total_lines, "line", enabled=progress)
     for raw in read_line_buffers(in_fd, buffer_lines):
         lines = decode_lines(raw, translator.stats)
         results = translator.search(lines)
@@ -229,6 +232,10 @@ def translate_stream(
         out.write(text.encode("utf-8"))
         out.flush()
         index += len(lines)
+        if bar is not None:
+            bar.update(len(lines))
+    if bar is not None:
+        bar.close()
     translator.stats.seconds = time.perf_counter() - start
     if translator.stats.invalid_utf8:
         log.warning(

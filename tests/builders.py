@@ -144,6 +144,16 @@ def metrics_records(run_dir: Path, event: str | None = None) -> list[dict[str, A
     return [r for r in records if event is None or r["event"] == event]
 
 
+def tensorboard_steps(run_dir: Path, tag: str) -> list[int]:
+    """The steps of a scalar in RUN_DIR/tensorboard as TensorBoard reads them (it applies
+    the purge a resumed run asks for), in order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    return [event.step for event in events.Scalars(tag)]
+
+
 def weights(path: Path) -> dict[str, torch.Tensor]:
     """The model weights of a checkpoint file, read with torch alone."""
     return torch.load(path, weights_only=True)["model"]

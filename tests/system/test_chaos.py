@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import torch
-from builders import bible_recipe
+from builders import bible_recipe, metrics_records, tensorboard_steps
 from conftest import CliResult, run_mtkit, start_mtkit
 
 from mtkit.checkpoint import load_checkpoint
@@ -70,3 +70,8 @@ def test_sigkill_chaos_gives_bit_identical_weights(tmp_path):
         assert path.suffix == ".pt", path
         load_checkpoint(path)
     assert load_manifest(chaos / "runs" / "tiny" / "data") is not None
+    # metrics.jsonl and TensorBoard show each step once, the same steps as the calm run
+    for event, tag in (("train", "train/loss"), ("valid", "valid/loss")):
+        steps = [r["step"] for r in metrics_records(chaos / "runs" / "tiny", event)]
+        assert steps == [r["step"] for r in metrics_records(calm / "runs" / "tiny", event)]
+        assert tensorboard_steps(chaos / "runs" / "tiny", tag) == steps, tag

@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from builders import DATA, RECIPES, bible_recipe, metrics_records, saved_step, weights
+from builders import (
+    DATA,
+    RECIPES,
+    bible_recipe,
+    metrics_records,
+    saved_step,
+    tensorboard_steps,
+    weights,
+)
 
 import mtkit
 from mtkit.checkpoint import average_checkpoints
@@ -82,6 +90,22 @@ def test_train_writes_every_artefact(tiny_run):
     assert max(r["step"] for r in records) == 20
 
     assert "step 20" in (run / "train.log").read_text(encoding="utf-8")
+    assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for event, tag in (("train", "train/loss"), ("valid", "valid/bleu")):
+        assert tensorboard_steps(run, tag) == [r["step"] for r in records if r["event"] == event]
+
+
+def test_train_ends_with_a_summary(tiny_run):
+    """Where model.pt is and what it is, its scores, the curves, how to translate."""
+    tail = tiny_run.first.stderr.split("stage wall times")[1]
+    scores = json.loads((tiny_run.run_dir / "eval" / "scores.json").read_text())
+    bleu = scores["results"][0]["scores"]["BLEU"]["score"]
+    chosen = json.loads((tiny_run.run_dir / "model.stamp.json").read_text())["chosen"]
+    what = "the average" if chosen == "average" else chosen
+    assert f"[done] model: runs/tiny/model.pt ({what})" in tail
+    assert f"[done] test.es: BLEU {bleu:.2f} | chrF2" in tail
+    assert "[done] curves: runs/tiny/curves.png" in tail
+    assert "[done] translate with: mtkit translate -m runs/tiny/model.pt < input.es" in tail
 
 
 def test_train_reports_every_stage_on_stderr(tiny_run):

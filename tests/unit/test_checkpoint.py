@@ -178,3 +178,20 @@ def test_incomplete_bundle_is_one_error(tmp_path):
     torch.save(raw, tmp_path / "c.pt")
     with pytest.raises(CheckpointError, match="incomplete mtkit checkpoint"):
         load_checkpoint(tmp_path / "c.pt")
+
+
+def test_average_keeps_tied_weights_tied(tmp_path):
+    """A tensor stored under several keys (tied embeddings) is averaged once and saved once."""
+    paths = []
+    for i, value in enumerate([1.0, 3.0]):
+        data = bundle(value)
+        table = torch.full((4, 2), value)
+        data.weights.update({"embed": table, "out": table})  # one tensor, two keys
+        paths.append(tmp_path / f"c{i}.pt")
+        save_checkpoint(paths[-1], data)
+    averaged = average_checkpoints(paths)
+    assert averaged.weights["embed"] is averaged.weights["out"]
+    assert torch.equal(averaged.weights["embed"], torch.full((4, 2), 2.0))
+    save_checkpoint(tmp_path / "avg.pt", averaged)
+    size, single = (tmp_path / "avg.pt").stat().st_size, paths[0].stat().st_size
+    assert abs(size - single) < 200, (size, single)  # not one copy per key
