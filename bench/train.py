@@ -65,15 +65,14 @@ def run(precision: str, compile: bool, steps: int, warmup: int, data: Path,
                      "precision": precision, "compile": compile}}
     recipe = recipe_from_dict(raw, name="bench")
     trainer = Trainer(recipe, Path("/tmp/mtkit-bench-train"), tokenizer, data, {}, "cpu")
-    batches = iter(trainer.sampler)
     meter = TrainMeter()
     tokens = flops = 0.0
     start = None
     for step in range(warmup + steps):
         if step == warmup:
             start, tokens, flops = time.perf_counter(), 0.0, 0.0
-        group, batches = trainer._next_group(batches)
-        for indices in group:
+        group = trainer._next_group()
+        for _, indices in group:
             src_lens = torch.from_numpy(trainer.train_data.src_lens[indices]) + 1
             tgt_lens = torch.from_numpy(trainer.train_data.tgt_lens[indices]) + 1
             tokens += float(tgt_lens.sum())

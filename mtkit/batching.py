@@ -21,8 +21,10 @@ class BatchSampler:
     """Length-bucketed batches under a padded-token budget, reproducible and resumable.
 
     Each epoch's batches are a pure function of (seed, epoch): pairs are sorted by length
-    with random tie-breaking, cut into batches, and the batch order is shuffled. With
-    world_size > 1 every rank computes the same list and takes every world_size-th batch.
+    with random tie-breaking, cut into batches, and the batch order is shuffled. The list
+    does not depend on how many processes train: under torchrun every rank computes the
+    same list, and an update takes its next batches (`take`) and shares them out, so the
+    position is one number for the whole job.
     """
 
     def __init__(
@@ -32,20 +34,17 @@ class BatchSampler:
         max_tokens: int,
         seed: int,
         shuffle: bool = True,
-        rank: int = 0,
-        world_size: int = 1,
     ):
         src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
         if src_lens.shape != tgt_lens.shape:
             raise ValueError("src_lens and tgt_lens must have the same length")
-        if not 0 <= rank < world_size or max_tokens < 1:
-            raise ValueError(f"bad sampler settings: {rank=} {world_size=} {max_tokens=}")
+        if max_tokens < 1:
+            raise ValueError(f"bad sampler settings: {max_tokens=}")
         # +1: the model appends EOS to the source and BOS/EOS to the target
         self.widths = np.maximum(src_lens, tgt_lens).astype(np.int64) + 1  # (n,)
         self.max_tokens = max_tokens
         self.seed = seed
         self.shuffle = shuffle
-        self.rank, self.world_size = rank, world_size
         self.epoch, self.position = 0, 0
         self._cache: tuple[int, list[np.ndarray]] | None = None
 
@@ -64,6 +63,14 @@ class BatchSampler:
             yield batches[self.position - 1].tolist()
         # a finished epoch moves on by itself, so a saved state is never ambiguous
         self.epoch, self.position = self.epoch + 1, 0
+
+    def take(self, count: int) -> list[tuple[int, list[int]]]:
+        """The next `count` batches of this epoch as (position in the epoch, indices);
+        fewer at its end, none once it is over (then `set_epoch` the next one)."""
+        batches = self._batches(self.epoch)
+        start = min(self.position, len(batches))
+        self.position = min(start + count, len(batches))
+        return [(i, batches[i].tolist()) for i in range(start, self.position)]
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position}
@@ -85,8 +92,7 @@ class BatchSampler:
         batches = _cut_sorted(order, self.widths[order], self.max_tokens)
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
-        usable = len(batches) - len(batches) % self.world_size  # every rank gets as many
-        return batches[self.rank : usable : self.world_size]
+        return batches
 
 
 def _cut_sorted(order: np.ndarray, widths: np.ndarray, max_tokens: int) -> list[np.ndarray]:

@@ -17,6 +17,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
@@ -75,13 +76,8 @@ class Trainer:
         self.train_data = ParallelData(data_dir, "train")
         valid_data = ParallelData(data_dir, "valid") if recipe.data.valid else None
         self.sampler = BatchSampler(
-            self.train_data.src_lens,
-            self.train_data.tgt_lens,
-            self.cfg.max_tokens,
-            seed=self.cfg.seed,
-            shuffle=True,
-            rank=self.rank,
-            world_size=self.world_size,
+            self.train_data.src_lens, self.train_data.tgt_lens, self.cfg.max_tokens,
+            seed=self.cfg.seed, shuffle=True,
         )
         self.sampler.set_epoch(1)  # epochs count from 1, as users read them
         seed_everything(self.cfg.seed)  # before the model: its initial weights are random
@@ -108,7 +104,8 @@ class Trainer:
         """What the update calls (DDP, compiled); self.model stays the plain module that
         checkpoints save."""
         if self.world_size > 1:
-            model = torch.nn.parallel.DistributedDataParallel(model)
+            # the only buffer, the sinusoid table, is the same everywhere: no broadcasts
+            model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
         if self.cfg.compile:
             # batch shapes vary with every batch: compile for dynamic shapes from the start
             model = torch.compile(model, dynamic=True)
@@ -131,6 +128,8 @@ class Trainer:
         self.progress = state.progress
         self.progress.finished = ""
         self.sampler.load_state_dict(self.progress.sampler)
+        # files of earlier versions may hold a sampler already moved on to the next epoch
+        self.progress.epoch = max(self.progress.epoch, self.sampler.epoch)
         restore_rng_states(state.rng)
         self.metrics.truncate(self.progress.step)
         log.info(
@@ -202,9 +201,8 @@ class Trainer:
               signals: StopSignals) -> None:
         """Update until a stop rule or a signal; each step: log, validate, save."""
         cfg = self.cfg
-        batches = iter(self.sampler)
         while True:
-            group, batches = self._next_group(batches)
+            group = self._next_group()
             if group is None:  # the last epoch ended
                 self.progress.finished = stop_reason(cfg, self.progress)
                 break
@@ -233,39 +231,42 @@ class Trainer:
             self._validate()
         self.save(step_checkpoint=not self.paths.step(step).exists())
 
-    def _next_group(self, batches):
-        """The next `update_freq` batches; rolls over epochs; None when max_epochs is reached."""
-        group: list[list[int]] = []
-        while len(group) < self.cfg.update_freq:
-            indices = next(batches, None)
-            if indices is not None:
-                group.append(indices)
-                continue
-            if group:  # an update never spans two epochs
-                break
+    def _next_group(self) -> list[tuple[int, list[int]]] | None:
+        """The next update's batches, (position in the epoch, indices): update_freq x
+        world_size of them for the whole job, fewer at an epoch's end (an update never
+        spans two epochs); rolls over epochs; None when max_epochs is reached."""
+        while True:
+            group = self.sampler.take(self.cfg.update_freq * self.world_size)
+            if group:
+                return group
             self.progress.epoch += 1
             if stop_reason(self.cfg, self.progress):
-                return None, batches
+                return None
             self.sampler.set_epoch(self.progress.epoch)
-            batches = iter(self.sampler)
-        return group, batches
 
     def _autocast(self):
         if self.cfg.precision == "bf16":
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def _update(self, group: list[list[int]], meter: TrainMeter) -> None:
+    def _update(self, group: list[tuple[int, list[int]]], meter: TrainMeter) -> None:
+        """One update on the job's `group` of batches: this rank takes every world_size-th
+        one. Each batch's dropout is seeded by its position in the epoch, so the update
+        computes the same whatever the number of ranks sharing it."""
         self.train_model.train()
-        batches = [make_batch(self.train_data, indices, self.max_len) for indices in group]
-        ntokens = sum(b.ntokens for b in batches)
+        mine = group[self.rank :: self.world_size]
+        weight = 1.0 if mine else 0.0  # a rank with none runs one for nothing: DDP needs it
+        batches = [(position, make_batch(self.train_data, indices, self.max_len))
+                   for position, indices in mine or group[:1]]
+        ntokens = sum(b.ntokens for _, b in batches) if mine else 0
         global_tokens = _all_reduce_sum(ntokens, self.device)  # over all ranks
-        scale = self.world_size / global_tokens
+        scale = weight * self.world_size / global_tokens  # DDP averages over the ranks
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = nll_sum = 0.0
-        for i, batch in enumerate(batches):
+        for i, (position, batch) in enumerate(batches):
             sync = i == len(batches) - 1 or self.world_size == 1
             no_sync = nullcontext() if sync else self.train_model.no_sync()
+            torch.manual_seed(batch_seed(self.cfg.seed, self.sampler.epoch, position))
             tgt_out = batch.tgt_out.to(self.device)
             real = tgt_out.ne(PAD_ID)  # (B, T): the loss reads only these positions
             with no_sync, self._autocast():
@@ -277,8 +278,9 @@ class Trainer:
             )
             with no_sync:
                 (loss * scale).backward()
-            loss_sum += loss.item()
-            nll_sum += nll.item()
+            loss_sum += weight * loss.item()
+            nll_sum += weight * nll.item()
+        loss_sum, nll_sum = _all_reduce_sums((loss_sum, nll_sum), self.device)
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm).item()
         if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
@@ -291,7 +293,7 @@ class Trainer:
         self.optimizer.step()
         self.progress.step += 1
         self.progress.tgt_tokens += global_tokens
-        meter.add(loss_sum, nll_sum, ntokens, grad_norm, lr)
+        meter.add(loss_sum, nll_sum, global_tokens, grad_norm, lr)
 
     def _skip_bad_update(self, loss: float, grad_norm: float) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -381,6 +383,20 @@ class Trainer:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def batch_seed(seed: int, epoch: int, position: int) -> int:
+    """The RNG seed of one training batch (its dropout): a function of where the batch
+    is in the data, not of which process runs it or how many ran before."""
+    return int(np.random.SeedSequence([seed, epoch, position]).generate_state(1)[0])
+
+
+def _all_reduce_sums(values: tuple[float, ...], device) -> tuple[float, ...]:
+    if not dist.is_initialized():
+        return values
+    tensor = torch.tensor(values, device=device, dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return tuple(tensor.tolist())
 
 
 def _all_reduce_sum(value: int, device) -> int:

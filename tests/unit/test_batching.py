@@ -68,18 +68,21 @@ def test_restoring_a_position_continues_the_same_sequence(lengths) -> None:
     assert seen + rest == _epoch(BatchSampler(src, tgt, 300, seed=3), 2)
 
 
-def test_sharding(lengths) -> None:
+def test_take_walks_the_epoch_in_groups(lengths) -> None:
+    """Updates take the epoch's batches in groups (update_freq x world_size); positions
+    count from 0, the last group is short, and then the epoch has nothing left."""
     src, tgt = lengths
     full = _epoch(BatchSampler(src, tgt, max_tokens=300, seed=3), 0)
-    shards = [
-        _epoch(BatchSampler(src, tgt, max_tokens=300, seed=3, rank=r, world_size=2), 0)
-        for r in (0, 1)
-    ]
-    assert len(shards[0]) == len(shards[1]) == len(full) // 2
-    assert not {i for b in shards[0] for i in b} & {i for b in shards[1] for i in b}
-    usable = full[: 2 * (len(full) // 2)]  # truncated so both ranks get as many batches
-    assert sorted(shards[0] + shards[1]) == sorted(usable)
-    assert shards[0] == usable[0::2] and shards[1] == usable[1::2]
+    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
+    groups = []
+    while group := sampler.take(3):
+        groups.append(group)
+    assert [p for g in groups for p, _ in g] == list(range(len(full)))
+    assert [b for g in groups for _, b in g] == full
+    assert all(len(g) == 3 for g in groups[:-1]) and 1 <= len(groups[-1]) <= 3
+    assert sampler.state_dict() == {"epoch": 0, "position": len(full)}
+    sampler.set_epoch(1)
+    assert sampler.take(2) == list(enumerate(_epoch(BatchSampler(src, tgt, 300, seed=3), 1)[:2]))
 
 
 def test_unshuffled_batches_are_sorted_and_fixed(lengths) -> None:
