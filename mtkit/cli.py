@@ -161,8 +161,13 @@ def train(
     ),
     device: str = DeviceOpt,
     threads: int = ThreadsOpt,
+    nproc: int = typer.Option(
+        0, "--nproc", help="Train with N processes on this machine: the same as "
+        "torchrun --standalone --nproc_per_node N -m mtkit train ..."
+    ),
 ) -> None:
     """Run the recipe pipeline: tokenizer, binarise, train, average, evaluate."""
+    from . import dist
     from .pipeline import STAGES, run_pipeline
     from .runtime import set_threads
 
@@ -172,8 +177,29 @@ def train(
         return
     if until is not None and until not in STAGES:
         raise ConfigError(f"--until {until}: expected one of {', '.join(STAGES)}")
+    if nproc > 1 and not dist.launched():
+        _torchrun(nproc)
     set_threads(threads or loaded.train.threads)
-    run_pipeline(loaded, _run_dir(recipe, run_dir), until=until, restart=restart, device=device)
+    torch_device = dist.setup(device, loaded.train.dist_timeout, threads or loaded.train.threads)
+    try:
+        run_pipeline(loaded, _run_dir(recipe, run_dir), until=until, restart=restart,
+                     device=torch_device)
+    finally:
+        dist.shutdown()
+
+
+def _torchrun(nproc: int) -> None:
+    """Replace this process by torchrun starting `nproc` copies of this command."""
+    args, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip or arg == "--nproc":
+            skip = not skip
+            continue
+        if not arg.startswith("--nproc="):
+            args.append(arg)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={nproc}", "-m", "mtkit", *args]
+    os.execv(sys.executable, command)
 
 
 @app.command()

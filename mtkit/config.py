@@ -145,6 +145,9 @@ class ModelConfig:
 class TrainConfig:
     max_tokens: int = field(default=4096, metadata=between(16))
     update_freq: int = field(default=1, metadata=between(1))
+    # tokens per update, padding included: sets update_freq for the job's world size
+    # (max_tokens x update_freq x world_size), so one recipe trains alike on 1 or 8 devices
+    tokens_per_update: int = field(default=0, metadata=between(0))  # 0 = use update_freq
     lr: float = field(default=5e-4, metadata=between(0.0, 10.0))
     warmup_steps: int = field(default=4000, metadata=between(0))
     label_smoothing: float = field(default=0.1, metadata=between(0.0, 0.99))
@@ -173,6 +176,8 @@ class TrainConfig:
     threads: int = field(default=0, metadata=between(0, 1024))  # 0 = torch's default
     # consecutive non-finite losses before training stops
     max_bad_steps: int = field(default=5, metadata=between(1))
+    # under torchrun: how long a collective may wait for a rank before the job ends
+    dist_timeout: float = field(default=600.0, metadata={"parse": parse_duration, **between(1)})
 
     # keys of earlier versions, which models on disk still carry in their recipe:
     # old key -> (today's key, converter of the old value)

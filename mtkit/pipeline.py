@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from . import dist
 from .atomic import atomic_write_bytes, atomic_write_json
 from .binarize import binarize
 from .checkpoint import Bundle, average_checkpoints, load_checkpoint, save_checkpoint
@@ -28,7 +29,7 @@ from .errors import ConfigError, MtkitError
 from .evaluation import DevSet, dev_bleu, evaluate_test_sets, greedy, log_results, tune_decoding
 from .manifest import Manifest, load_manifest
 from .plot import plot_available, plot_runs
-from .run import RunPaths, training_complete
+from .run import RunLock, RunPaths, training_complete
 from .runtime import resolve_device
 from .textio import file_fingerprint
 from .tokenizer import Tokenizer, load_recipe_tokenizer, train_recipe_tokenizer
@@ -54,10 +55,23 @@ class PipelineRun:
 
 
 def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
-                 restart: bool = False, device: str = "auto") -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
+                 restart: bool = False, device: str | torch.device = "auto") -> None:
+    """The stages, in order. Under torchrun every rank runs this: rank 0 holds the run
+    directory's lock and does the work of one process (tokenizer, binarise, average, eval,
+    every file written), all ranks train."""
     run = PipelineRun(recipe, RunPaths(run_dir), resolve_device(device), restart)
-    _claim_run_dir(run)
+    if not dist.is_main():
+        dist.wait_for_main()  # until rank 0 holds the run directory
+        _run_stages(run, until)
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with RunLock(run_dir):
+        _claim_run_dir(run)
+        dist.wait_for_main()
+        _run_stages(run, until)
+
+
+def _run_stages(run: PipelineRun, until: str | None) -> None:
     timings = {}
     for name, stage in STAGES.items():
         start = time.perf_counter()
@@ -66,6 +80,8 @@ def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
         if name == until:
             log.info("stopping after stage %s (--until)", name)
             break
+    if not dist.is_main():
+        return
     log.info("stage wall times (s): %s", ", ".join(f"{k} {v}" for k, v in timings.items()))
     if run.model is not None:
         _summary(run, _write_curves(run.paths))
@@ -138,7 +154,23 @@ def _run(stage: str, why: str) -> None:
 # --------------------------------------------------------------------------- tokenizer
 
 
+def _main_then_all(work: Callable[[], None], load: Callable[[], None]) -> None:
+    """Rank 0 does `work`; the other ranks wait for it, then `load` what it wrote."""
+    if dist.is_main():
+        work()
+    dist.wait_for_main()
+    if not dist.is_main():
+        load()
+
+
 def tokenizer_stage(run: PipelineRun) -> None:
+    def load() -> None:
+        run.tokenizer = load_recipe_tokenizer(run.paths.tokenizer, run.recipe.tokenizer.joint)
+
+    _main_then_all(lambda: _tokenizer(run), load)
+
+
+def _tokenizer(run: PipelineRun) -> None:
     recipe, out_dir = run.recipe, run.paths.tokenizer
     stamp_path = out_dir / "stamp.json"
     stamp = {
@@ -183,6 +215,13 @@ def binarize_recipe(recipe: Recipe, paths: RunPaths, tokenizer: Tokenizer,
 
 
 def binarize_stage(run: PipelineRun) -> None:
+    def load() -> None:
+        run.manifest = load_manifest(run.paths.data)
+
+    _main_then_all(lambda: _binarize(run), load)
+
+
+def _binarize(run: PipelineRun) -> None:
     manifest = load_manifest(run.paths.data)
     why = _binarize_staleness(run.recipe, run.tokenizer, manifest)
     if not why:
@@ -225,7 +264,8 @@ def train_stage(run: PipelineRun) -> None:
         _run("train", "resuming the run" if resuming else "starting a new run")
         train(recipe, paths.run_dir, run.tokenizer, paths.data, fingerprints, run.device,
               run.restart)
-    _record_recipe(recipe, paths)  # the run accepted this recipe
+    if dist.is_main():
+        _record_recipe(recipe, paths)  # the run accepted this recipe
 
 
 def _record_recipe(recipe: Recipe, paths: RunPaths) -> None:
@@ -243,6 +283,8 @@ def average_stage(run: PipelineRun) -> None:
     the K best by dev score) or the best single checkpoint, whichever translates the dev
     set better (early in training an average that reaches back to weaker checkpoints can
     lose to the newest one)."""
+    if not dist.is_main():
+        return  # one process averages
     recipe, paths = run.recipe, run.paths
     average = recipe.train.average
     best = paths.best if paths.best.is_file() else paths.last
@@ -294,6 +336,8 @@ def _bundle_bleu(run: PipelineRun, bundle: Bundle, dev: DevSet) -> float:
 
 def eval_stage(run: PipelineRun) -> None:
     """Tune beam x lenpen on dev (when asked), decode and score every test set, report."""
+    if not dist.is_main():
+        return  # one process evaluates
     recipe, paths = run.recipe, run.paths
     if not recipe.data.test:
         _skip("eval", "the recipe has no data.test sets")

@@ -16,11 +16,14 @@ The run directory (RUN_DIR, `runs/RECIPE_STEM` by default):
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
 import random
 import shutil
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -126,6 +129,44 @@ class RunPaths:
         """Checkpoint temp files a killed run left (atomic.atomic_write's `.NAME.*.tmp`)."""
         for stale in self.checkpoints.glob(".*.tmp"):
             stale.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- one job per run
+
+
+class RunLock:
+    """RUN_DIR/.lock, held exclusively for a job's lifetime (under torchrun by rank 0).
+
+    An OS file lock (flock): it dies with its process, so a SIGKILL leaves nothing stale.
+    A second job on the same run directory gets a one-line error naming the holder. On a
+    shared filesystem without working locks (some NFS set-ups) it cannot protect: give
+    each job its own --run-dir there.
+    """
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / ".lock"
+        self.file: Any = None
+
+    def __enter__(self) -> RunLock:
+        self.file = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "another process"
+            self.file.close()
+            raise ConfigError(
+                f"{self.path.parent}: in use by another mtkit job ({holder}); wait for it to "
+                "end, or use another --run-dir"
+            ) from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        self.file.flush()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()  # releases the lock
 
 
 # --------------------------------------------------------------------------- stopping

@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from tqdm import tqdm
 
+from . import dist
 from .batching import BatchSampler, make_batch
 from .checkpoint import Bundle, Progress, Trained, TrainState, load_checkpoint, save_checkpoint
-from .config import Recipe
+from .config import Recipe, TrainConfig
 from .dataset import ParallelData
-from .errors import Interrupted, TrainingDiverged
+from .errors import ConfigError, Interrupted, TrainingDiverged
 from .evaluation import Validator
 from .loss import label_smoothed_nll
 from .model import Transformer
@@ -67,11 +66,9 @@ class Trainer:
         self.paths = RunPaths(run_dir)
         self.tokenizer = tokenizer
         self.data_fingerprints = data_fingerprints
-        self.rank = dist.get_rank() if dist.is_initialized() else 0
-        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
-        self.device = resolve_device(device)
-        if self.device.type == "cuda" and self.world_size > 1:
-            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        self.rank, self.world_size = dist.rank(), dist.world_size()
+        self.device = resolve_device(device)  # under torchrun: this rank's (dist.setup)
+        self.update_freq = updates_per_step(self.cfg, self.world_size)
 
         self.train_data = ParallelData(data_dir, "train")
         valid_data = ParallelData(data_dir, "valid") if recipe.data.valid else None
@@ -177,6 +174,10 @@ class Trainer:
             self.progress.finished = reason
             return self.progress
         self.paths.run_dir.mkdir(parents=True, exist_ok=True)
+        log.info("training on %s, %d process%s; tokens per update: %d x %d x %d = %d "
+                 "(max_tokens x update_freq x processes)", self.device, self.world_size,
+                 "es" if self.world_size > 1 else "", cfg.max_tokens, self.update_freq,
+                 self.world_size, cfg.max_tokens * self.update_freq * self.world_size)
         start = time.monotonic() - self.progress.elapsed
         meter = TrainMeter()
         bar = progress_bar(cfg.max_steps, "step", initial=self.progress.step)
@@ -213,15 +214,17 @@ class Trainer:
                 self._log_train(meter, bar)
             if step % cfg.valid_every == 0:
                 self._validate()
-            self.progress.elapsed = time.monotonic() - start
+            # every rank decides on rank 0's clock and on a signal any rank received
+            self.progress.elapsed, received = dist.agree(time.monotonic() - start,
+                                                         signals.received, self.device)
             self.progress.finished = stop_reason(cfg, self.progress)
             if self.progress.finished:
                 break
             if step % cfg.save_every == 0:
                 self.save(step_checkpoint=True)
-            if signals.received:
+            if received:
                 self.save(step_checkpoint=False)
-                raise Interrupted(signals.received)
+                raise Interrupted(received)
         self._finish()
 
     def _finish(self) -> None:
@@ -236,7 +239,7 @@ class Trainer:
         world_size of them for the whole job, fewer at an epoch's end (an update never
         spans two epochs); rolls over epochs; None when max_epochs is reached."""
         while True:
-            group = self.sampler.take(self.cfg.update_freq * self.world_size)
+            group = self.sampler.take(self.update_freq * self.world_size)
             if group:
                 return group
             self.progress.epoch += 1
@@ -259,7 +262,7 @@ class Trainer:
         batches = [(position, make_batch(self.train_data, indices, self.max_len))
                    for position, indices in mine or group[:1]]
         ntokens = sum(b.ntokens for _, b in batches) if mine else 0
-        global_tokens = _all_reduce_sum(ntokens, self.device)  # over all ranks
+        (global_tokens,) = dist.all_reduce_sum((ntokens,), self.device)  # over all ranks
         scale = weight * self.world_size / global_tokens  # DDP averages over the ranks
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = nll_sum = 0.0
@@ -280,7 +283,7 @@ class Trainer:
                 (loss * scale).backward()
             loss_sum += weight * loss.item()
             nll_sum += weight * nll.item()
-        loss_sum, nll_sum = _all_reduce_sums((loss_sum, nll_sum), self.device)
+        loss_sum, nll_sum = dist.all_reduce_sum((loss_sum, nll_sum), self.device)
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm).item()
         if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
@@ -339,7 +342,8 @@ class Trainer:
         """Dev loss (and BLEU); updates checkpoint_best.pt and the patience counter."""
         if self.validator is None:
             return
-        result = self.validator(self.model)
+        # rank 0 validates; every rank then keeps the same best / patience bookkeeping
+        result = dist.broadcast(self.validator(self.model) if self.rank == 0 else None)
         score = result.score(self.cfg.best_metric)
         improved = self.progress.record_validation(score)
         if improved:
@@ -385,26 +389,24 @@ class Trainer:
 # --------------------------------------------------------------------------- helpers
 
 
+def updates_per_step(cfg: TrainConfig, world_size: int) -> int:
+    """Batches each rank accumulates per update: train.update_freq, or what makes
+    train.tokens_per_update = max_tokens x update_freq x world_size."""
+    if not cfg.tokens_per_update:
+        return cfg.update_freq
+    per_round = cfg.max_tokens * world_size
+    if cfg.tokens_per_update % per_round:
+        raise ConfigError(
+            f"train.tokens_per_update ({cfg.tokens_per_update}) must be a multiple of "
+            f"train.max_tokens x world size ({cfg.max_tokens} x {world_size} = {per_round})"
+        )
+    return cfg.tokens_per_update // per_round
+
+
 def batch_seed(seed: int, epoch: int, position: int) -> int:
     """The RNG seed of one training batch (its dropout): a function of where the batch
     is in the data, not of which process runs it or how many ran before."""
     return int(np.random.SeedSequence([seed, epoch, position]).generate_state(1)[0])
-
-
-def _all_reduce_sums(values: tuple[float, ...], device) -> tuple[float, ...]:
-    if not dist.is_initialized():
-        return values
-    tensor = torch.tensor(values, device=device, dtype=torch.float64)
-    dist.all_reduce(tensor)
-    return tuple(tensor.tolist())
-
-
-def _all_reduce_sum(value: int, device) -> int:
-    if not dist.is_initialized():
-        return value
-    tensor = torch.tensor([value], device=device, dtype=torch.long)
-    dist.all_reduce(tensor)
-    return int(tensor.item())
 
 
 def train(
@@ -419,10 +421,11 @@ def train(
     """Train (or resume) the run in run_dir; returns where it stopped."""
     trainer = Trainer(recipe, run_dir, tokenizer, data_dir, data_fingerprints, device)
     paths = trainer.paths
-    paths.remove_temporary_files()
-    if restart:
-        paths.clear_training()
-    else:
+    if trainer.rank == 0:  # the one process that writes
+        paths.remove_temporary_files()
+        if restart:
+            paths.clear_training()
+    if not restart:
         trainer.resume()
     trainer.drop_stale_top_checkpoints()
     run_dir.mkdir(parents=True, exist_ok=True)

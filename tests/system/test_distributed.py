@@ -1,0 +1,117 @@
+"""Data-parallel training through torchrun (gloo, 2 CPU processes): the world size changes
+neither the batches nor the result, resume works across world sizes, and one job owns a
+run directory."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from builders import bible_recipe, metrics_records
+from conftest import CLI_ENV, CliResult, run_mtkit, start_mtkit
+
+from mtkit.batching import BatchSampler
+from mtkit.checkpoint import load_checkpoint
+from mtkit.dataset import ParallelData
+
+# Dropout on: the equivalence must hold for the random parts of training too. With 500
+# tokens a batch the sample has 19 batches an epoch: on 2 ranks the 10th update of the
+# first epoch has one batch for rank 0 and none for rank 1.
+TRAIN = {"max_steps": 12, "save_every": 6, "valid_every": 6, "log_every": 1, "keep_last": 2,
+         "max_tokens": 500}
+
+
+def torchrun(args: list, cwd: Path, nproc: int = 2) -> CliResult:
+    """`torchrun --standalone --nproc_per_node N -m mtkit ARGS`, as a user runs it."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={nproc}", "-m", "mtkit", *map(str, args)]
+    done = subprocess.run(command, cwd=cwd, env=CLI_ENV, capture_output=True, text=True,
+                          timeout=600)
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+def last_weights(root: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(root / "runs" / "tiny" / "checkpoints" / "checkpoint_last.pt").weights
+
+
+def assert_same_training(a: Path, b: Path) -> None:
+    wa, wb = last_weights(a), last_weights(b)
+    for key in wa:
+        assert torch.equal(wa[key], wb[key]), key
+    steps = [r["step"] for r in metrics_records(b / "runs" / "tiny", "train")]
+    assert steps == [r["step"] for r in metrics_records(a / "runs" / "tiny", "train")]
+    assert len(set(steps)) == len(steps)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> Path:
+    """The reference: 1 process accumulating 2 batches per update."""
+    root = tmp_path_factory.mktemp("one")
+    bible_recipe(root, train={**TRAIN, "update_freq": 2}, model={"dropout": 0.3})
+    done = run_mtkit(["train", "tiny.yaml", "--until", "train"], cwd=root)
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def test_two_ranks_equal_one_rank_with_twice_the_accumulation(one_process, tmp_path):
+    bible_recipe(tmp_path, train={**TRAIN, "update_freq": 1}, model={"dropout": 0.3})
+    done = torchrun(["train", "tiny.yaml", "--until", "train"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert_same_training(one_process, tmp_path)  # bit-identical weights
+    log = done.stderr
+    assert "2 processes" in log and "tokens per update: 500 x 1 x 2 = 1000" in log
+    assert not re.search(r"\[rank 1\].*step \d+ \|", log), "only rank 0 logs progress"
+    data = ParallelData(tmp_path / "runs" / "tiny" / "data", "train")
+    sampler = BatchSampler(data.src_lens, data.tgt_lens, TRAIN["max_tokens"], seed=1)
+    sampler.set_epoch(1)
+    assert len(sampler) % 2 == 1 and len(sampler) < 2 * TRAIN["max_steps"]  # odd, crossed
+
+
+def test_tokens_per_update_gives_one_recipe_for_any_world_size(one_process, tmp_path):
+    """train.tokens_per_update = 1000 means update_freq 2 on 1 process, 1 on 2."""
+    bible_recipe(tmp_path, train={**TRAIN, "tokens_per_update": 1000}, model={"dropout": 0.3})
+    done = torchrun(["train", "tiny.yaml", "--until", "train"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert_same_training(one_process, tmp_path)
+
+
+def test_resume_on_another_world_size(one_process, tmp_path):
+    """Started on 2 ranks, finished on 1: no batch repeated or skipped."""
+    bible_recipe(tmp_path, train={**TRAIN, "tokens_per_update": 1000}, model={"dropout": 0.3})
+    first = torchrun(["train", "tiny.yaml", "--until", "train", "--set", "train.max_steps=6"],
+                     tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = run_mtkit(["train", "tiny.yaml", "--until", "train"], cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "resuming" in second.stderr and "at step 6" in second.stderr
+    assert_same_training(one_process, tmp_path)
+
+
+def test_nproc_starts_the_same_job(one_process, tmp_path):
+    bible_recipe(tmp_path, train={**TRAIN, "update_freq": 1}, model={"dropout": 0.3})
+    done = run_mtkit(["train", "tiny.yaml", "--until", "train", "--nproc", "2"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert_same_training(one_process, tmp_path)
+
+
+def test_a_second_job_on_a_run_directory_is_refused(tmp_path, expect_error):
+    bible_recipe(tmp_path, train={**TRAIN, "max_steps": 400, "log_every": 1})
+    first = start_mtkit(["train", "tiny.yaml", "--until", "train"], cwd=tmp_path,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in first.stderr:  # wait until the first job trains
+        if "| step " in line:
+            break
+    second = run_mtkit(["train", "tiny.yaml"], cwd=tmp_path)
+    error = expect_error(second, "runs/tiny: in use by another mtkit job", f"pid {first.pid}")
+    assert "another --run-dir" in error
+    first.terminate()
+    first.wait(timeout=120)
+    first.stderr.close()
+    assert first.returncode == 143  # SIGTERM: saved and stopped, the second job changed nothing
+    again = run_mtkit(["train", "tiny.yaml", "--until", "train", "--set", "train.max_steps=3"],
+                      cwd=tmp_path)
+    assert again.returncode == 0, again.stderr  # the lock died with its process
