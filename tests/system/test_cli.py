@@ -38,10 +38,11 @@ STAGES = ("tokenizer", "binarize", "train", "average", "eval")
 
 
 def mtimes(directory: Path) -> dict[str, int]:
+    """Every output file's mtime; not .lock's, which each job writes its pid and host in."""
     return {
         str(p.relative_to(directory)): p.stat().st_mtime_ns
         for p in sorted(directory.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != ".lock"
     }
 
 

@@ -185,13 +185,13 @@ def test_average_keeps_tied_weights_tied(tmp_path):
     paths = []
     for i, value in enumerate([1.0, 3.0]):
         data = bundle(value)
-        table = torch.full((4, 2), value)
+        table = torch.full((1000, 100), value)  # 400 kB: a copy per key would show
         data.weights.update({"embed": table, "out": table})  # one tensor, two keys
         paths.append(tmp_path / f"c{i}.pt")
         save_checkpoint(paths[-1], data)
     averaged = average_checkpoints(paths)
     assert averaged.weights["embed"] is averaged.weights["out"]
-    assert torch.equal(averaged.weights["embed"], torch.full((4, 2), 2.0))
+    assert torch.equal(averaged.weights["embed"], torch.full((1000, 100), 2.0))
     save_checkpoint(tmp_path / "avg.pt", averaged)
     size, single = (tmp_path / "avg.pt").stat().st_size, paths[0].stat().st_size
-    assert abs(size - single) < 200, (size, single)  # not one copy per key
+    assert abs(size - single) < 2000, (size, single)  # not one copy per key
