@@ -8,7 +8,9 @@ import pytest
 
 from mtkit.checkpoint import Progress
 from mtkit.config import TrainConfig
+from mtkit.errors import ConfigError
 from mtkit.run import stop_reason
+from mtkit.train import updates_per_step
 
 
 @pytest.mark.parametrize(
@@ -56,3 +58,14 @@ def test_max_steps_is_named_first_when_several_apply():
     reason = stop_reason(cfg, both)
     assert "max_steps 10" in reason, reason
     assert not any(other in reason for other in ("max_epochs", "max_time", "patience")), reason
+
+
+def test_tokens_per_update_sets_update_freq_for_the_world_size():
+    assert updates_per_step(TrainConfig(max_tokens=500, update_freq=3), 4) == 3  # unset
+    recipe = TrainConfig(max_tokens=500, tokens_per_update=4000)
+    assert [updates_per_step(recipe, n) for n in (1, 2, 4, 8)] == [8, 4, 2, 1]
+    with pytest.raises(ConfigError, match=r"multiple of train.max_tokens x world size "
+                                          r"\(500 x 16 = 8000\)"):
+        updates_per_step(recipe, 16)  # fewer tokens than one batch per rank
+    with pytest.raises(ConfigError, match="tokens_per_update"):
+        updates_per_step(TrainConfig(max_tokens=500, tokens_per_update=1200), 2)
