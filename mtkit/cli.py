@@ -184,6 +184,7 @@ def train(
     try:
         run_pipeline(loaded, _run_dir(recipe, run_dir), until=until, restart=restart,
                      device=torch_device)
+        dist.wait_for_main()  # leave together: gloo aborts a rank that quits while in use
     finally:
         dist.shutdown()
 

@@ -101,8 +101,7 @@ class Trainer:
         """What the update calls (DDP, compiled); self.model stays the plain module that
         checkpoints save."""
         if self.world_size > 1:
-            # the only buffer, the sinusoid table, is the same everywhere: no broadcasts
-            model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
+            model = _data_parallel(model)
         if self.cfg.compile:
             # batch shapes vary with every batch: compile for dynamic shapes from the start
             model = torch.compile(model, dynamic=True)
@@ -387,6 +386,16 @@ class Trainer:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _data_parallel(model: Transformer) -> torch.nn.Module:
+    """DDP without a broadcast of the buffers at every forward: the only buffer, the
+    sinusoid table, is the same on every rank. (torch 2.13 renamed the option.)"""
+    ddp = torch.nn.parallel.DistributedDataParallel
+    try:
+        return ddp(model, forward_sync_buffers=False)
+    except TypeError:  # torch before 2.13
+        return ddp(model, broadcast_buffers=False)
 
 
 def updates_per_step(cfg: TrainConfig, world_size: int) -> int:

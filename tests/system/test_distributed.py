@@ -4,9 +4,12 @@ run directory."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +92,60 @@ def test_resume_on_another_world_size(one_process, tmp_path):
     assert second.returncode == 0, second.stderr
     assert "resuming" in second.stderr and "at step 6" in second.stderr
     assert_same_training(one_process, tmp_path)
+
+
+def test_resume_from_one_rank_on_two(one_process, tmp_path):
+    bible_recipe(tmp_path, train={**TRAIN, "tokens_per_update": 1000}, model={"dropout": 0.3})
+    first = run_mtkit(["train", "tiny.yaml", "--until", "train", "--set", "train.max_steps=6"],
+                      cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = torchrun(["train", "tiny.yaml", "--until", "train"], tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "at step 6" in second.stderr
+    assert_same_training(one_process, tmp_path)
+
+
+def ranks_of(job: subprocess.Popen) -> dict[int, int]:
+    """RANK -> pid of the worker processes torchrun started."""
+    found = {}
+    for child in Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split():
+        environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        for entry in environ:
+            if entry.startswith(b"RANK="):
+                found[int(entry[5:])] = int(child)
+    return found
+
+
+def test_a_killed_rank_ends_the_job_and_the_rerun_finishes(tmp_path):
+    """SIGKILL of rank 1 mid-run: the job ends non-zero (no hang), every checkpoint loads,
+    and the same command finishes the run with the uninterrupted run's weights."""
+    bible_recipe(tmp_path, train={**TRAIN, "max_steps": 40, "update_freq": 1,
+                                  "dist_timeout": 60}, model={"dropout": 0.3})
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", "-m", "mtkit", "train", "tiny.yaml", "--until", "train"]
+    job = subprocess.Popen(command, cwd=tmp_path, env=CLI_ENV, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in job.stderr:
+        if re.search(r"\| step 8 \|", line):
+            break
+    os.kill(ranks_of(job)[1], signal.SIGKILL)
+    killed = time.monotonic()
+    job.stderr.read()
+    job.wait(timeout=300)
+    ended_after = time.monotonic() - killed
+    print(f"the job ended {ended_after:.1f} s after rank 1 was killed")
+    assert job.returncode != 0
+    assert ended_after < 60, f"the job took {ended_after:.0f}s to end"
+    for path in (tmp_path / "runs" / "tiny" / "checkpoints").iterdir():
+        assert path.suffix == ".pt", path  # no temporary file left
+        load_checkpoint(path)
+    again = torchrun(["train", "tiny.yaml", "--until", "train"], tmp_path)
+    assert again.returncode == 0, again.stderr
+    calm = tmp_path / "calm"  # the same job, never interrupted
+    bible_recipe(calm, train={**TRAIN, "max_steps": 40, "update_freq": 1}, model={"dropout": 0.3})
+    done = torchrun(["train", "tiny.yaml", "--until", "train"], calm)
+    assert done.returncode == 0, done.stderr
+    assert_same_training(calm, tmp_path)
 
 
 def test_nproc_starts_the_same_job(one_process, tmp_path):
