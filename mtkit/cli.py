@@ -277,6 +277,7 @@ def translate(
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output)."""
     from .atomic import atomic_write
+    from .progress import on_terminal
     from .textio import count_lines
     from .translate import OPTION_NAMES, Translator, translate_stream
 
@@ -286,8 +287,10 @@ def translate(
         nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b,
     )
     in_fd = _open_input(input_file)
-    # a bar only for a file: its length is known, and interactive input needs none
-    total = count_lines(input_file) if input_file is not None and not quiet else None
+    # a bar only for a file (its length is known; interactive input needs none), and the
+    # extra pass over the file only when a bar will be seen
+    bar = input_file is not None and not quiet and on_terminal()
+    total = count_lines(input_file) if bar else None
 
     def run(out) -> None:
         translate_stream(translator, in_fd, out, scores=scores, total_lines=total,

@@ -46,6 +46,8 @@ class TorchEngine:
     def __init__(self, models: Sequence[Transformer], tokenizer: Tokenizer, recipe: Recipe,
                  device: torch.device | str = "cpu", use_cache: bool = True):
         self.models = list(models)
+        for model in self.models:
+            model.eval()  # once here, not per batch: the search runs dropout-free
         self.tokenizer = tokenizer
         self.recipe = recipe
         self.device = torch.device(device)
@@ -76,8 +78,6 @@ class TorchEngine:
 
     @torch.inference_mode()
     def search(self, sources: list[list[int]], settings: DecodeConfig) -> list[list[Hypothesis]]:
-        for model in self.models:
-            model.eval()
         src = pad_sources(sources).to(self.device)
         s = settings
         if s.beam == 1 and s.nbest == 1:

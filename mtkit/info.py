@@ -9,7 +9,6 @@ It only reads: the bundle, and for a run model.stamp.json, eval/scores.json, met
 from __future__ import annotations
 
 import dataclasses
-import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ import torch
 from .checkpoint import FORMAT, FORMAT_VERSION, Bundle, Trained, load_checkpoint
 from .errors import CheckpointError, ConfigError
 from .run import RunPaths
-from .textio import file_fingerprint
+from .textio import file_fingerprint, read_json, read_json_lines
 
 # the model section as --json shows it: fixed keys (dropout is training, not architecture)
 ARCHITECTURE = ("enc_layers", "dec_layers", "d_model", "heads", "ffn_dim", "activation",
@@ -237,9 +236,9 @@ def read_bundle(path: Path) -> tuple[Bundle, int]:
 
 def run_info(paths: RunPaths, model_path: Path) -> RunInfo:
     """How the run chose `model_path`, its test scores (if of this very file) and dev BLEU."""
-    stamp = _read_json(paths.model_stamp) if model_path.name == "model.pt" else None
+    stamp = read_json(paths.model_stamp) if model_path.name == "model.pt" else None
     stamp = stamp if isinstance(stamp, dict) else {}
-    report = _read_json(paths.eval / "scores.json")
+    report = read_json(paths.eval / "scores.json")
     status, decode, scores = "absent", {}, []
     if isinstance(report, dict):
         # scores are of model.pt as it was when evaluated: a retrained model makes them stale
@@ -248,7 +247,7 @@ def run_info(paths: RunPaths, model_path: Path) -> RunInfo:
             status, decode = "current", dict(report.get("decode", {}))
             scores = [EvalScore(r["src"], name, s["score"], s["signature"])
                       for r in report.get("results", []) for name, s in r["scores"].items()]
-    valid = [r for r in _metrics(paths.metrics) if r.get("event") == "valid"]
+    valid = [r for r in read_json_lines(paths.metrics) if r.get("event") == "valid"]
     with_bleu = [(r["step"], r["bleu"]) for r in valid if "bleu" in r]
     return RunInfo(
         run_dir=paths.run_dir,
@@ -264,22 +263,4 @@ def run_info(paths: RunPaths, model_path: Path) -> RunInfo:
     )
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # absent or damaged: reported as not there
 
-
-def _metrics(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return []
-    records = []
-    for line in text.splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash
-    return [r for r in records if isinstance(r, dict)]

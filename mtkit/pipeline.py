@@ -9,7 +9,6 @@ same command twice does no work the second time. Stages hand their artefacts on 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from .manifest import Manifest, load_manifest
 from .plot import plot_available, plot_runs
 from .run import RunLock, RunPaths, training_complete
 from .runtime import resolve_device
-from .textio import file_fingerprint
+from .textio import file_fingerprint, read_json
 from .tokenizer import Tokenizer, load_recipe_tokenizer, train_recipe_tokenizer
 from .train import train
 from .translate import Translator
@@ -52,6 +51,15 @@ class PipelineRun:
     model: Path | None = None  # model.pt, from the average stage
     chosen: str = ""  # what model.pt is ("average" or a checkpoint's name), ditto
     scores: dict[str, Any] | None = None  # eval/scores.json, from the eval stage
+    _dev: DevSet | None = None
+
+    def dev(self) -> DevSet:
+        """The first train.valid_bleu_lines dev lines (all if 0), read once for averaging
+        and tuning."""
+        if self._dev is None:
+            data = self.recipe.data
+            self._dev = DevSet.read(data.valid, data.langs.tgt, self.recipe.train.valid_bleu_lines)
+        return self._dev
 
 
 def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
@@ -132,13 +140,6 @@ def _claim_run_dir(run: PipelineRun) -> None:
 # --------------------------------------------------------------------------- stamps
 
 
-def _read_stamp(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def _write_stamp(path: Path, stamp: dict[str, Any]) -> None:
     atomic_write_json(path, stamp, indent=1)
 
@@ -177,7 +178,7 @@ def _tokenizer(run: PipelineRun) -> None:
         "settings": dataclasses.asdict(recipe.tokenizer),
         "inputs": [file_fingerprint(p) for p in (recipe.data.train.src, recipe.data.train.tgt)],
     }
-    old = _read_stamp(stamp_path)
+    old = read_json(stamp_path)
     if old == stamp:
         try:
             run.tokenizer = load_recipe_tokenizer(out_dir, recipe.tokenizer.joint)
@@ -294,7 +295,7 @@ def average_stage(run: PipelineRun) -> None:
     }.get(average.kind, [])
     run.model = paths.model
     stamp = {"sources": [[p.name, file_fingerprint(p)] for p in [*sources, best]]}
-    old = _read_stamp(paths.model_stamp)
+    old = read_json(paths.model_stamp)
     if paths.model.is_file() and old is not None and old.get("sources") == stamp["sources"]:
         _skip("average", "model.pt is up to date with its checkpoints")
         run.chosen = old.get("chosen", "")
@@ -306,8 +307,7 @@ def average_stage(run: PipelineRun) -> None:
         averaged = average_checkpoints(sources)
         chosen, bundle = "average", averaged
         if recipe.data.valid is not None:
-            dev = DevSet.read(recipe.data.valid, recipe.data.langs.tgt,
-                              recipe.train.valid_bleu_lines)
+            dev = run.dev()
             scores = {"average": _bundle_bleu(run, averaged, dev),
                       best.name: _bundle_bleu(run, best_bundle, dev)}
             stamp["dev_bleu"] = scores
@@ -348,7 +348,7 @@ def eval_stage(run: PipelineRun) -> None:
         "decode": recipe.to_dict()["decode"],
         "tests": [[file_fingerprint(t.src), file_fingerprint(t.tgt)] for t in recipe.data.test],
     }
-    old = _read_stamp(scores_path)
+    old = read_json(scores_path)
     if old is not None and old.get("stamp") == stamp:
         _skip("eval", "scores.json is up to date with model.pt and the test sets")
         run.scores = old
@@ -357,8 +357,7 @@ def eval_stage(run: PipelineRun) -> None:
     engine = TorchEngine.load([paths.model], run.device)
     settings, grid = recipe.decode, None
     if (settings.tune_beam or settings.tune_lenpen) and recipe.data.valid is not None:
-        dev = DevSet.read(recipe.data.valid, recipe.data.langs.tgt, recipe.train.valid_bleu_lines)
-        settings, grid = tune_decoding(engine, settings, dev, recipe.train.max_tokens)
+        settings, grid = tune_decoding(engine, settings, run.dev(), recipe.train.max_tokens)
         log.info("[eval] decoding the test sets with beam %d, lenpen %g (best on dev)",
                  settings.beam, settings.lenpen)
     translator = Translator(engine, settings, recipe.train.max_tokens)

@@ -9,7 +9,6 @@ module (and the pipeline that calls it) imports without it, and nothing here nee
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from .atomic import atomic_write
 from .errors import ConfigError, DataError
+from .textio import read_json_lines
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -82,12 +82,8 @@ def read_curves(run_dir: Path) -> Curves:
     if not path.is_file():
         raise DataError(f"{run_dir}: no {METRICS_FILE}; has the run started training?")
     curves = Curves(run_dir)
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        event = record.get("event") if isinstance(record, dict) else None
+    for record in read_json_lines(path):
+        event = record.get("event")
         step = record.get("step") if event in ("train", "valid") else None
         if not _is_number(step):
             continue  # "skipped" updates and anything foreign

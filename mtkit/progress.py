@@ -9,10 +9,15 @@ import sys
 from tqdm import tqdm
 
 
+def on_terminal() -> bool:
+    """Whether bars are shown at all: when stderr is a terminal."""
+    return sys.stderr.isatty()
+
+
 def progress_bar(total: int | None, unit: str, initial: int = 0,
                  enabled: bool = True) -> tqdm | None:
     """A tqdm bar (count, rate, and an ETA when `total` is known), or None."""
-    if not enabled or not sys.stderr.isatty():
+    if not enabled or not on_terminal():
         return None
     columns, rows = _terminal_size()
     return tqdm(total=total or None, initial=initial, unit=unit, file=sys.stderr, leave=True,

@@ -37,6 +37,7 @@ from .checkpoint import Bundle, Progress, load_checkpoint
 from .config import Recipe, TrainConfig
 from .errors import ConfigError
 from .tblog import TensorBoardLog, tensorboard_available
+from .textio import read_json_lines
 from .tokenizer import Tokenizer
 
 
@@ -257,14 +258,8 @@ class MetricsLog:
         """Drop records written after the checkpoint we resume from: they will be redone."""
         if not self.enabled or not self.path.is_file():
             return
-        kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                if json.loads(line).get("step", 0) <= step:
-                    kept.append(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash
-        atomic_write_bytes(self.path, "".join(k + "\n" for k in kept).encode())
+        kept = [r for r in read_json_lines(self.path) if r.get("step", 0) <= step]
+        atomic_write_bytes(self.path, "".join(json.dumps(r) + "\n" for r in kept).encode())
 
 
 class TrainMeter:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .errors import DataError
 
@@ -84,3 +85,30 @@ def file_fingerprint(path: Path) -> str:
     for chunk in _chunks(Path(path), decompress=False):
         digest.update(chunk)
     return digest.hexdigest()
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file's value, or None when it is missing or damaged (whatever it stood for
+    is then redone or reported absent)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file such as metrics.jsonl (none if it is missing);
+    a line that does not decode, e.g. the last one cut by a crash, is skipped."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
