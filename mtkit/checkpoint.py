@@ -47,6 +47,9 @@ class Progress:
     sampler: dict[str, int] = field(default_factory=dict)
     finished: str = ""  # why training stopped; empty while it can go on
     tgt_tokens: int = 0  # target tokens trained on (non-pad, EOS included), all updates
+    # the job that last trained: processes, and max_tokens x update_freq x processes
+    world_size: int = 0  # 0: a file of an mtkit version before distributed training
+    tokens_per_update: int = 0
 
     def record_validation(self, score: float) -> bool:
         """Count a validation (higher score = better) for best-model and patience; True

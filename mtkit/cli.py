@@ -178,6 +178,13 @@ def train(
     if until is not None and until not in STAGES:
         raise ConfigError(f"--until {until}: expected one of {', '.join(STAGES)}")
     if nproc > 1 and not dist.launched():
+        from .runtime import resolve_device
+        from .train import check_resumable_on, updates_per_step
+
+        resolve_device(device)  # bad input ends here, before any process starts
+        updates_per_step(loaded.train, nproc)
+        if not restart:
+            check_resumable_on(_run_dir(recipe, run_dir), loaded.train, nproc)
         _torchrun(nproc)
     set_threads(threads or loaded.train.threads)
     torch_device = dist.setup(device, loaded.train.dist_timeout, threads or loaded.train.threads)
@@ -190,7 +197,13 @@ def train(
 
 
 def _torchrun(nproc: int) -> None:
-    """Replace this process by torchrun starting `nproc` copies of this command."""
+    """Run this command as `torchrun --standalone --nproc_per_node N -m mtkit ...` and
+    exit as its first failed rank did (2 for bad input, 130/143 for a signal), the
+    ranks' own messages standing for the launcher's log."""
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
     args, skip = [], False
     for arg in sys.argv[1:]:
         if skip or arg == "--nproc":
@@ -198,9 +211,21 @@ def _torchrun(nproc: int) -> None:
             continue
         if not arg.startswith("--nproc="):
             args.append(arg)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={nproc}", "-m", "mtkit", *args]
-    os.execv(sys.executable, command)
+    logging.getLogger("torch.distributed").setLevel(logging.CRITICAL)
+    # the thread count dist.setup gives each rank (and torchrun's warning without it)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // nproc)))
+    try:
+        run(parse_args(["--standalone", f"--nproc_per_node={nproc}", "-m", "mtkit", *args]))
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        if failure.exitcode > 0:
+            sys.exit(failure.exitcode)  # the rank said why
+        sys.stderr.write(f"mtkit: error: rank {rank} (pid {failure.pid}) was killed by "
+                         f"{failure.signal_name()}; the job stopped: run the same command "
+                         "to resume from checkpoint_last.pt\n")
+        sys.exit(128 - failure.exitcode)
+    except SignalException as exc:  # the job was asked to stop: the ranks saved and stopped
+        sys.exit(128 + int(exc.sigval))
 
 
 @app.command()
@@ -454,7 +479,9 @@ def main() -> None:
     except MtkitError as exc:
         if _debug:
             raise
-        sys.stderr.write(f"mtkit: error: {exc}\n")
+        rank = os.environ.get("RANK", "0") if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "0"
+        where = f"[rank {rank}] " if rank != "0" else ""  # under torchrun every rank may say it
+        sys.stderr.write(f"{where}mtkit: error: {exc}\n")
         sys.exit(exc.exit_code)
 
 

@@ -127,6 +127,7 @@ class Trainer:
         # files of earlier versions may hold a sampler already moved on to the next epoch
         self.progress.epoch = max(self.progress.epoch, self.sampler.epoch)
         restore_rng_states(state.rng)
+        check_world_size_change(self.progress, self.cfg, self.world_size, self.paths.run_dir)
         self.metrics.truncate(self.progress.step)
         log.info(
             "resuming from %s at step %d (epoch %d, %.0fs trained)",
@@ -173,10 +174,12 @@ class Trainer:
             self.progress.finished = reason
             return self.progress
         self.paths.run_dir.mkdir(parents=True, exist_ok=True)
+        self.progress.world_size = self.world_size
+        self.progress.tokens_per_update = cfg.max_tokens * self.update_freq * self.world_size
         log.info("training on %s, %d process%s; tokens per update: %d x %d x %d = %d "
                  "(max_tokens x update_freq x processes)", self.device, self.world_size,
                  "es" if self.world_size > 1 else "", cfg.max_tokens, self.update_freq,
-                 self.world_size, cfg.max_tokens * self.update_freq * self.world_size)
+                 self.world_size, self.progress.tokens_per_update)
         start = time.monotonic() - self.progress.elapsed
         meter = TrainMeter()
         bar = progress_bar(cfg.max_steps, "step", initial=self.progress.step)
@@ -410,6 +413,37 @@ def updates_per_step(cfg: TrainConfig, world_size: int) -> int:
             f"train.max_tokens x world size ({cfg.max_tokens} x {world_size} = {per_round})"
         )
     return cfg.tokens_per_update // per_round
+
+
+def check_world_size_change(progress: Progress, cfg: TrainConfig, world_size: int,
+                            run_dir: Path) -> None:
+    """Refuse to resume where a different number of processes would silently change the
+    effective batch (the learning rate and warmup were chosen for it)."""
+    tokens = cfg.max_tokens * updates_per_step(cfg, world_size) * world_size
+    if progress.world_size in (0, world_size) or progress.tokens_per_update == tokens:
+        return
+    before = progress.tokens_per_update
+    per_round = cfg.max_tokens * world_size
+    fix = (f"set train.tokens_per_update={before} to resume on any number of processes"
+           if before % per_round == 0 else
+           f"{before} is not a multiple of max_tokens x processes ({per_round}): resume on "
+           f"{progress.world_size} process{'es' if progress.world_size > 1 else ''}")
+    raise ConfigError(
+        f"{run_dir}: this run trained on {progress.world_size} process"
+        f"{'es' if progress.world_size > 1 else ''} with {before} tokens per update; on "
+        f"{world_size} it would take {tokens} (max_tokens x update_freq x processes): "
+        f"{fix}, or use --restart"
+    )
+
+
+def check_resumable_on(run_dir: Path, cfg: TrainConfig, world_size: int) -> None:
+    """Whether a job of `world_size` processes could resume the run in run_dir: the check
+    its ranks make on start, made before any process starts."""
+    last = RunPaths(run_dir).last
+    if last.is_file():
+        state = load_checkpoint(last, map_location="cpu").train_state
+        if state is not None:
+            check_world_size_change(state.progress, cfg, world_size, run_dir)
 
 
 def batch_seed(seed: int, epoch: int, position: int) -> int:

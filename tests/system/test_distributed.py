@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from builders import bible_recipe, metrics_records
-from conftest import CLI_ENV, CliResult, run_mtkit, start_mtkit
+from conftest import CLI_ENV, MTKIT, CliResult, run_mtkit, start_mtkit
 
 from mtkit.batching import BatchSampler
 from mtkit.checkpoint import load_checkpoint
@@ -116,18 +116,44 @@ def ranks_of(job: subprocess.Popen) -> dict[int, int]:
     return found
 
 
-def test_a_killed_rank_ends_the_job_and_the_rerun_finishes(tmp_path):
-    """SIGKILL of rank 1 mid-run: the job ends non-zero (no hang), every checkpoint loads,
-    and the same command finishes the run with the uninterrupted run's weights."""
-    bible_recipe(tmp_path, train={**TRAIN, "max_steps": 40, "update_freq": 1,
-                                  "dist_timeout": 60}, model={"dropout": 0.3})
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "mtkit", "train", "tiny.yaml", "--until", "train"]
-    job = subprocess.Popen(command, cwd=tmp_path, env=CLI_ENV, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+LONG = {**TRAIN, "max_steps": 40, "update_freq": 1}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """The 40-update job on 2 ranks, never interrupted."""
+    root = tmp_path_factory.mktemp("calm")
+    bible_recipe(root, train=LONG, model={"dropout": 0.3})
+    done = torchrun(["train", "tiny.yaml", "--until", "train"], root)
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def start_job(command: list, cwd: Path) -> subprocess.Popen:
+    """A 2-rank job, in a session of its own (so a test can signal it as a terminal
+    would), reading its log until the 8th update."""
+    job = subprocess.Popen(command, cwd=cwd, env=CLI_ENV, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
     for line in job.stderr:
         if re.search(r"\| step 8 \|", line):
             break
+    return job
+
+
+def assert_checkpoints_load(root: Path) -> None:
+    for path in (root / "runs" / "tiny" / "checkpoints").iterdir():
+        assert path.suffix == ".pt", path  # no temporary file left
+        load_checkpoint(path)
+
+
+def test_a_killed_rank_ends_the_job_and_the_rerun_finishes(uninterrupted, tmp_path):
+    """SIGKILL of rank 1 mid-run: the job ends non-zero (no hang), every checkpoint loads,
+    and the same command finishes the run with the uninterrupted run's weights."""
+    bible_recipe(tmp_path, train={**LONG, "dist_timeout": 60}, model={"dropout": 0.3})
+    job = start_job([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                     "--nproc_per_node=2", "-m", "mtkit", "train", "tiny.yaml", "--until",
+                     "train"], tmp_path)
     os.kill(ranks_of(job)[1], signal.SIGKILL)
     killed = time.monotonic()
     job.stderr.read()
@@ -136,16 +162,42 @@ def test_a_killed_rank_ends_the_job_and_the_rerun_finishes(tmp_path):
     print(f"the job ended {ended_after:.1f} s after rank 1 was killed")
     assert job.returncode != 0
     assert ended_after < 60, f"the job took {ended_after:.0f}s to end"
-    for path in (tmp_path / "runs" / "tiny" / "checkpoints").iterdir():
-        assert path.suffix == ".pt", path  # no temporary file left
-        load_checkpoint(path)
+    assert_checkpoints_load(tmp_path)
     again = torchrun(["train", "tiny.yaml", "--until", "train"], tmp_path)
     assert again.returncode == 0, again.stderr
-    calm = tmp_path / "calm"  # the same job, never interrupted
-    bible_recipe(calm, train={**TRAIN, "max_steps": 40, "update_freq": 1}, model={"dropout": 0.3})
-    done = torchrun(["train", "tiny.yaml", "--until", "train"], calm)
-    assert done.returncode == 0, done.stderr
-    assert_same_training(calm, tmp_path)
+    assert_same_training(uninterrupted, tmp_path)
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signalled_job_saves_stops_and_resumes(uninterrupted, tmp_path, signum, code):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM to
+    the launcher (as a scheduler sends it): all ranks stop at the same update, rank 0
+    saves, the job exits 130/143, and the same command resumes to the uninterrupted
+    weights."""
+    bible_recipe(tmp_path, train=LONG, model={"dropout": 0.3})
+    job = start_job([str(MTKIT), "train", "tiny.yaml", "--until", "train", "--nproc", "2"],
+                    tmp_path)
+    if signum == signal.SIGINT:
+        os.killpg(job.pid, signum)
+    else:
+        job.send_signal(signum)
+    log = job.stderr.read()
+    job.wait(timeout=120)
+    assert job.returncode == code, log
+    assert "training state saved to checkpoint_last.pt" in log
+    assert "Traceback" not in log
+    assert_checkpoints_load(tmp_path)
+    stopped_at = last_step(tmp_path)
+    assert 8 <= stopped_at < LONG["max_steps"]
+    again = run_mtkit(["train", "tiny.yaml", "--until", "train", "--nproc", "2"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"at step {stopped_at}" in again.stderr
+    assert_same_training(uninterrupted, tmp_path)
+
+
+def last_step(root: Path) -> int:
+    path = root / "runs" / "tiny" / "checkpoints" / "checkpoint_last.pt"
+    return load_checkpoint(path).train_state.progress.step
 
 
 def test_nproc_starts_the_same_job(one_process, tmp_path):
@@ -172,3 +224,31 @@ def test_a_second_job_on_a_run_directory_is_refused(tmp_path, expect_error):
     again = run_mtkit(["train", "tiny.yaml", "--until", "train", "--set", "train.max_steps=3"],
                       cwd=tmp_path)
     assert again.returncode == 0, again.stderr  # the lock died with its process
+
+
+def test_bad_input_for_the_world_size_ends_before_any_process_starts(tmp_path, expect_error):
+    bible_recipe(tmp_path, train={**TRAIN, "update_freq": 1})
+    train = ["train", "tiny.yaml", "--until", "train", "--nproc", "2"]
+    done = run_mtkit([*train, "--set", "train.tokens_per_update=700"], cwd=tmp_path)
+    expect_error(done, "train.tokens_per_update (700) must be a multiple", "500 x 2 = 1000")
+    assert not (tmp_path / "runs").exists()
+    done = run_mtkit([*train, "--device", "cuda"], cwd=tmp_path)
+    expect_error(done, "--device cuda: no CUDA device")
+
+    first = run_mtkit([*train[:4], "--set", "train.max_steps=3"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    run_dir = tmp_path / "runs" / "tiny"
+    def files() -> dict[Path, bytes]:  # the lock file names its latest holder: not data
+        return {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"}
+
+    before = files()
+    done = run_mtkit(train, cwd=tmp_path)  # update_freq 1 on 2 processes: twice the batch
+    expect_error(done, "runs/tiny: this run trained on 1 process with 500 tokens per update",
+                 "on 2 it would take 1000", "resume on 1 process, or use --restart")
+    done = torchrun(train[:4], tmp_path)  # the ranks refuse it too, under torchrun itself
+    assert done.returncode != 0 and "this run trained on 1 process" in done.stderr
+    assert files() == before
+    again = run_mtkit([*train, "--set", "train.tokens_per_update=500",
+                       "--set", "train.max_tokens=250", "--set", "train.max_steps=4"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "tokens per update: 250 x 1 x 2 = 500" in again.stderr
