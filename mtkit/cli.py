@@ -12,6 +12,8 @@ import json
 import logging
 import os
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import typer
@@ -299,36 +301,75 @@ def translate(
     engine: str = typer.Option(
         "auto", "--engine", help="torch, ctranslate2, or auto (ctranslate2 for an export dir)."
     ),
+    shard: str | None = typer.Option(
+        None, "--shard", help="I/N: translate only share I (from 0) of N contiguous shares "
+        "of --input's lines, e.g. one job of an array (torchrun shares by rank itself)."
+    ),
 ) -> None:
-    """Translate lines from stdin (or --input) to stdout (or --output)."""
+    """Translate lines from stdin (or --input) to stdout (or --output).
+
+    Under `torchrun --nproc_per_node N -m mtkit translate --input F`, each rank translates
+    a contiguous share of F and rank 0 writes them all, in input order."""
+    from . import dist
     from .atomic import atomic_write
     from .progress import on_terminal
+    from .shard import Shard, line_range, receive_shares, send_share
     from .textio import count_lines
-    from .translate import OPTION_NAMES, Translator, translate_stream
+    from .translate import OPTION_NAMES, Stats, Translator, translate_stream
 
+    part = Shard.parse(shard) if shard is not None else None
+    if part is not None and dist.launched():
+        raise ConfigError("--shard: not under torchrun, whose ranks share the input already")
+    if (part is not None or dist.launched()) and input_file is None:
+        raise ConfigError(f"{'--shard' if part else 'torchrun'}: needs --input FILE "
+                          "(a file's lines can be shared out; stdin's cannot)")
+    device = str(dist.setup(device, timeout_s=600, threads=threads))
+    if dist.launched():
+        part = Shard(dist.rank(), dist.world_size())
     translator = Translator.load(
         models, device=device, threads=threads, quantize=quantize, engine=engine,
         max_tokens=max_tokens, option_names=OPTION_NAMES, beam=beam, lenpen=lenpen, stop=stop,
         nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b,
     )
     in_fd = _open_input(input_file)
+    lines = line_range(input_file, part) if part is not None else None
+    if lines is not None:
+        os.lseek(in_fd, lines.start, os.SEEK_SET)
     # a bar only for a file (its length is known; interactive input needs none), and the
     # extra pass over the file only when a bar will be seen
-    bar = input_file is not None and not quiet and on_terminal()
-    total = count_lines(input_file) if bar else None
+    bar = input_file is not None and not quiet and on_terminal() and dist.is_main()
+    total = None if not bar else count_lines(input_file) if lines is None else lines.count
+
+    def translate_share(out) -> Stats:
+        return translate_stream(
+            translator, in_fd, out, scores=scores, total_lines=total, progress=bar,
+            first_line=lines.first if lines is not None else 0,
+            byte_limit=lines.end - lines.start if lines is not None else None,
+        )
 
     def run(out) -> None:
-        translate_stream(translator, in_fd, out, scores=scores, total_lines=total,
-                         progress=total is not None)
+        translate_share(out)
+        if dist.launched():
+            receive_shares(out, translator.stats)  # after rank 0's own, in rank order
 
-    if output_file is not None:
-        atomic_write(output_file, run)
-    else:
-        try:
-            run(sys.stdout.buffer)
-        except BrokenPipeError:
-            _quiet_broken_pipe()
-    if not quiet:
+    begun = time.perf_counter()
+    try:
+        if not dist.is_main():
+            with tempfile.TemporaryFile() as spool:
+                send_share(translate_share, spool)
+        elif output_file is not None:
+            atomic_write(output_file, run)
+        else:
+            try:
+                run(sys.stdout.buffer)
+            except BrokenPipeError:
+                _quiet_broken_pipe()
+        dist.wait_for_main()
+    finally:
+        dist.shutdown()
+    if dist.launched():
+        translator.stats.seconds = time.perf_counter() - begun  # the job's, not one share's
+    if not quiet and dist.is_main():
         sys.stderr.write(translator.stats.summary() + "\n")
 
 

@@ -99,6 +99,17 @@ def broadcast(value: Any) -> Any:
     return box[0]
 
 
+def send_object(value: Any, to: int) -> None:
+    """Send a picklable object to rank `to` (which must receive it), however long it waits."""
+    dist.send_object_list([value], dst=to, group=_control)
+
+
+def receive_object(source: int) -> Any:
+    box = [None]
+    dist.recv_object_list(box, src=source, group=_control)
+    return box[0]
+
+
 def all_reduce_sum(values: tuple[float, ...], device: torch.device) -> tuple[float, ...]:
     """Sums over all ranks, in float64 (integers stay exact up to 2**53)."""
     if not dist.is_initialized():

@@ -70,13 +70,34 @@ def _chunks(path: Path, size: int = 1 << 22, decompress: bool = True) -> Iterato
             raise DataError(f"{path}: cannot read: {exc}") from None
 
 
-def count_lines(path: Path) -> int:
-    """Number of lines read_lines yields (a last line without '\\n' counts)."""
+def count_lines(path: Path, decompress: bool = True) -> int:
+    """Number of lines read_lines yields (a last line without '\\n' counts); of the
+    bytes as stored with `decompress=False`."""
     count, last = 0, b"\n"
-    for chunk in _chunks(Path(path)):
+    for chunk in _chunks(Path(path), decompress=decompress):
         count += chunk.count(b"\n")
         last = chunk[-1:]
     return count + (last != b"\n")
+
+
+def line_offsets(path: Path, numbers: list[int]) -> list[int]:
+    """The byte offsets (in the file as stored) at which the lines numbered `numbers`
+    (from 0) start; a number past the last line gives the file's size."""
+    found: dict[int, int] = {}
+    wanted = sorted(set(numbers))
+    line = base = 0  # lines before this chunk, and its offset
+    for chunk in _chunks(Path(path), decompress=False):
+        newlines = chunk.count(b"\n")
+        while wanted and wanted[0] <= line + newlines:
+            pos = -1  # line k starts after the k-th newline of the file
+            for _ in range(wanted[0] - line):
+                pos = chunk.index(b"\n", pos + 1)
+            found[wanted.pop(0)] = base + pos + 1
+        line += newlines
+        base += len(chunk)
+    for number in wanted:
+        found[number] = base
+    return [found[n] for n in numbers]
 
 
 def file_fingerprint(path: Path) -> str:

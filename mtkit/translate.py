@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import select
 import time
@@ -37,6 +38,13 @@ class Stats:
     truncated: int = 0
     invalid_utf8: int = 0
     seconds: float = 0.0
+
+    def add(self, other: Stats) -> None:
+        """Count another process's share of the same job (the clock stays this one's)."""
+        self.sentences += other.sentences
+        self.tokens += other.tokens
+        self.truncated += other.truncated
+        self.invalid_utf8 += other.invalid_utf8
 
     def summary(self) -> str:
         rate = self.sentences / max(self.seconds, 1e-9)
@@ -117,15 +125,18 @@ class Translator:
         """The best translation of each line, one output per input line."""
         return self._text([hyps[0] for hyps in self.search(lines)])
 
-    def search(self, lines: Sequence[str]) -> list[list[Hypothesis]]:
-        """n-best hypotheses per line (empty lines get one empty hypothesis)."""
+    def search(self, lines: Sequence[str], first_line: int | None = None
+               ) -> list[list[Hypothesis]]:
+        """n-best hypotheses per line (empty lines get one empty hypothesis). Warnings
+        number lines from `first_line` (0-based; default: the lines translated so far)."""
+        first_line = self.stats.sentences if first_line is None else first_line
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
         encoded = self.tokenizer.encode_src([lines[i] for i in todo]) if todo else []
         for k, ids in enumerate(encoded):
             if len(ids) > self.max_source:
                 encoded[k] = ids[: self.max_source]
-                self._warn_truncated(self.stats.sentences + todo[k] + 1, len(ids))
+                self._warn_truncated(first_line + todo[k] + 1, len(ids))
         for batch in token_batches([len(ids) + 1 for ids in encoded], self.max_tokens):
             found = self.engine.search([encoded[k] for k in batch], self.settings)
             for k, hyps in zip(batch, found):
@@ -168,22 +179,26 @@ class Translator:
 # --------------------------------------------------------------------------- streaming
 
 
-def read_line_buffers(fd: int, max_lines: int) -> Iterator[list[bytes]]:
+def read_line_buffers(fd: int, max_lines: int, byte_limit: int | None = None
+                      ) -> Iterator[list[bytes]]:
     """Yield lists of raw lines (split on b'\\n' only) as soon as input pauses or
     `max_lines` are waiting, so interactive use answers each line at once while a
-    pipe or file is processed in full buffers."""
+    pipe or file is processed in full buffers. `byte_limit`: read no more than that
+    (a shard of a file, from where fd stands)."""
     pending = b""
     lines: list[bytes] = []
-    while True:
+    left = byte_limit if byte_limit is not None else math.inf
+    while left > 0:
         while len(lines) >= max_lines:
             yield lines[:max_lines]
             lines = lines[max_lines:]
         if lines and not _readable_now(fd):
             yield lines
             lines = []
-        chunk = os.read(fd, 1 << 16)
+        chunk = os.read(fd, int(min(left, 1 << 16)))
         if not chunk:
             break
+        left -= len(chunk)
         pending += chunk
         if b"\n" in chunk:
             *complete, pending = pending.split(b"\n")
@@ -219,15 +234,17 @@ def decode_lines(raw: list[bytes], stats: Stats) -> list[str]:
 def translate_stream(
     translator: Translator, in_fd: int, out: BinaryIO, buffer_lines: int = 2000,
     scores: bool = False, total_lines: int | None = None, progress: bool = False,
+    first_line: int = 0, byte_limit: int | None = None,
 ) -> Stats:
     """Translate everything readable from in_fd to out, flushing after every buffer.
-    `progress`: a bar on stderr when it is a terminal (with an ETA given `total_lines`)."""
+    `progress`: a bar on stderr when it is a terminal (with an ETA given `total_lines`).
+    A shard of a file: in_fd stands at its line `first_line`, `byte_limit` bytes long."""
     start = time.perf_counter()
-    index = 0
+    index = first_line
     bar = progress_bar(total_lines, "line", enabled=progress)
-    for raw in read_line_buffers(in_fd, buffer_lines):
+    for raw in read_line_buffers(in_fd, buffer_lines, byte_limit):
         lines = decode_lines(raw, translator.stats)
-        results = translator.search(lines)
+        results = translator.search(lines, index)
         text = "".join(line + "\n" for line in translator.format(results, index, scores))
         out.write(text.encode("utf-8"))
         out.flush()
