@@ -45,6 +45,7 @@ BENCH_MODEL ?= runs/demo/model.pt
 bench: install
 	$(BIN)/python bench/binarize.py
 	$(BIN)/python bench/train.py
+	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/decode.py --model $(BENCH_MODEL)
 	$(BIN)/python bench/decode_profile.py --model $(BENCH_MODEL)
 	$(BIN)/python bench/engines.py --model $(BENCH_MODEL)

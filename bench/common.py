@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -12,8 +13,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BIBLE = HERE.parent.parent / "shared" / "data" / "bible-es-en"
+# the corpus beside the checkout, or where MTKIT_BIBLE_DATA says (e.g. on a GPU machine)
+BIBLE = Path(os.environ.get("MTKIT_BIBLE_DATA",
+                           HERE.parent.parent / "shared" / "data" / "bible-es-en"))
 WORK = HERE / "work"  # cached tokenizer / binarised data / models (git-ignored)
+if "MTKIT_BIBLE_DATA" in os.environ:  # another corpus: caches of its own
+    WORK = WORK / (BIBLE.name + "-" + hashlib.blake2b(str(BIBLE.resolve()).encode(),
+                                                       digest_size=4).hexdigest())
 
 
 def decoding_parser(doc: str) -> argparse.ArgumentParser:
@@ -64,7 +70,7 @@ def bible_run(vocab_size: int = 8000) -> tuple[Path, object]:
     from mtkit.manifest import load_manifest
     from mtkit.tokenizer import Tokenizer, train_sentencepiece
 
-    WORK.mkdir(exist_ok=True)
+    WORK.mkdir(parents=True, exist_ok=True)
     prefix = WORK / f"spm{vocab_size}"
     model = prefix.with_suffix(".model")
     if not model.is_file():

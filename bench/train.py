@@ -8,9 +8,11 @@ MFU = achieved model FLOP/s / peak FLOP/s of a large matmul measured in the same
 Model FLOPs count the matmuls of forward + backward (3x forward) on real (non-pad) tokens.
 
     python bench/train.py [--threads 2] [--steps 30] [--precision fp32 bf16] [--compile]
+                          [--device cuda] [--shape large] [--max-tokens 4096]
 
 With --compile the step runs through torch.compile (train.compile: true); compilation
-happens in the --warmup updates, which are not timed.
+happens in the --warmup updates, which are not timed. `--shape large` (d_model 512,
+6+6 layers, 8 heads, FFN 2048) is the shape bench/gpu_check.sh trains on a GPU.
 """
 
 from __future__ import annotations
@@ -31,16 +33,27 @@ from mtkit.train import Trainer  # noqa: E402
 
 SHAPE = {"enc_layers": 3, "dec_layers": 3, "d_model": 256, "heads": 4, "ffn_dim": 1024,
          "dropout": 0.2, "norm": "pre", "tie_embeddings": "all"}
+SHAPES = {"reference": SHAPE,
+          "large": {**SHAPE, "enc_layers": 6, "dec_layers": 6, "d_model": 512, "heads": 8,
+                    "ffn_dim": 2048, "dropout": 0.1}}
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10, device: str = "cpu") -> float:
     """FLOP/s of an n x n x n matmul, the best of `reps`."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
     a @ b
     best = float("inf")
     for _ in range(reps):
+        synchronize(device)
         start = time.perf_counter()
         a @ b
+        synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * n**3 / best
 
@@ -58,30 +71,37 @@ def forward_flops(d: int, ffn: int, vocab: int, enc: int, dec: int,
 
 
 def run(precision: str, compile: bool, steps: int, warmup: int, data: Path,
-        tokenizer) -> dict:
+        tokenizer, shape: dict, max_tokens: int, device: str) -> dict:
     raw = {"data": {"train": {"src": "x", "tgt": "y"}, "valid": None},
-           "model": SHAPE,
-           "train": {"max_tokens": 4096, "lr": 0.001, "warmup_steps": 400, "valid_every": 10**9,
-                     "precision": precision, "compile": compile}}
+           "model": shape,
+           "train": {"max_tokens": max_tokens, "lr": 0.001, "warmup_steps": 400,
+                     "valid_every": 10**9, "precision": precision, "compile": compile}}
     recipe = recipe_from_dict(raw, name="bench")
-    trainer = Trainer(recipe, Path("/tmp/mtkit-bench-train"), tokenizer, data, {}, "cpu")
+    trainer = Trainer(recipe, Path("/tmp/mtkit-bench-train"), tokenizer, data, {}, device)
     meter = TrainMeter()
     tokens = flops = 0.0
     start = None
+    losses = []  # the mean loss of each quarter of the timed updates: falling, or not
     for step in range(warmup + steps):
         if step == warmup:
+            synchronize(device)
             start, tokens, flops = time.perf_counter(), 0.0, 0.0
+            meter.flush()
         group = trainer._next_group()
         for _, indices in group:
             src_lens = torch.from_numpy(trainer.train_data.src_lens[indices]) + 1
             tgt_lens = torch.from_numpy(trainer.train_data.tgt_lens[indices]) + 1
             tokens += float(tgt_lens.sum())
-            flops += 3 * forward_flops(256, 1024, tokenizer.tgt_vocab_size, 3, 3,
-                                       src_lens, tgt_lens)
+            flops += 3 * forward_flops(shape["d_model"], shape["ffn_dim"],
+                                       tokenizer.tgt_vocab_size, shape["enc_layers"],
+                                       shape["dec_layers"], src_lens, tgt_lens)
         trainer._update(group, meter)
+        if step >= warmup and (step - warmup + 1) % max(1, steps // 4) == 0:
+            losses.append(round(meter.flush()["loss"], 3))
+    synchronize(device)
     seconds = time.perf_counter() - start
     return {"tokens_per_s": tokens / seconds, "flops_per_s": flops / seconds,
-            "seconds": seconds, "loss": meter.flush()["loss"]}
+            "seconds": seconds, "loss_by_quarter": losses}
 
 
 def main() -> None:
@@ -91,29 +111,40 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--compile", action="store_true", help="train.compile: true")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="reference")
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--vocab", type=int, default=8000, help="joint SentencePiece size")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    data, tokenizer = bible_run()
-    # bf16 is probed small: without AVX-512 BF16 / AMX it is emulated and ~100x slower
-    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16, 512, 3)}
+    data, tokenizer = bible_run(args.vocab)
+    shape = SHAPES[args.shape]
+    if args.device.startswith("cuda"):  # the tensor cores' own sizes
+        peaks = {"fp32": matmul_peak(torch.float32, 8192, 10, args.device),
+                 "bf16": matmul_peak(torch.bfloat16, 8192, 10, args.device)}
+    else:  # bf16 is probed small: without AVX-512 BF16 / AMX it is emulated, ~100x slower
+        peaks = {"fp32": matmul_peak(torch.float32),
+                 "bf16": matmul_peak(torch.bfloat16, 512, 3)}
     for precision in args.precision:
         if peaks[precision] < peaks["fp32"]:
             record("train", {
-                "precision": precision, "skipped": True,
+                "precision": precision, "skipped": True, "device": args.device,
                 "reason": f"{precision} matmul peak ({peaks[precision] / 1e9:.1f} GFLOP/s) is "
-                          f"below fp32 ({peaks['fp32'] / 1e9:.1f} GFLOP/s) on this CPU",
+                          f"below fp32 ({peaks['fp32'] / 1e9:.1f} GFLOP/s) on this device",
             }, "bench/train.py")
             continue
-        result = run(precision, args.compile, args.steps, args.warmup, data, tokenizer)
+        result = run(precision, args.compile, args.steps, args.warmup, data, tokenizer, shape,
+                     args.max_tokens, args.device)
         record("train", {
-            "precision": precision, "compile": args.compile,
+            "precision": precision, "compile": args.compile, "device": args.device,
             "target_tokens_per_s": round(result["tokens_per_s"]),
             "model_tflops": round(result["flops_per_s"] / 1e12, 4),
             "peak_matmul_tflops": round(peaks[precision] / 1e12, 4),
             "mfu": round(result["flops_per_s"] / peaks[precision], 3),
             "mfu_vs_fp32_peak": round(result["flops_per_s"] / peaks["fp32"], 3),
             "updates": args.steps, "seconds": round(result["seconds"], 1),
-            "shape": SHAPE, "max_tokens": 4096, "threads": args.threads,
+            "loss_by_quarter": result["loss_by_quarter"],
+            "shape": shape, "max_tokens": args.max_tokens, "threads": args.threads,
         }, "bench/train.py")
 
 
