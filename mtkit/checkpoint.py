@@ -97,6 +97,14 @@ class TrainState:
     rng: dict[str, Any]  # generator states: python, torch (and cuda)
 
 
+@dataclass(frozen=True)
+class Parent:
+    """The model a run started from (train.init_from): its lineage."""
+
+    path: str
+    fingerprint: str  # of the parent file's bytes (textio.file_fingerprint)
+
+
 @dataclass
 class Bundle:
     weights: dict[str, torch.Tensor]  # the model's state_dict
@@ -107,6 +115,7 @@ class Bundle:
     train_state: TrainState | None = None
     trained: Trained | None = None  # None in bundles of mtkit versions before it
     averaged_from: list[str] = field(default_factory=list)
+    parent: Parent | None = None  # the model train.init_from started this one from
     mtkit_version: str = __version__
 
     def tokenizer(self) -> Tokenizer:
@@ -151,6 +160,8 @@ class Bundle:
             raw["trained"] = dataclasses.asdict(self.trained)
         if self.averaged_from:
             raw["averaged_from"] = list(self.averaged_from)
+        if self.parent is not None:
+            raw["parent"] = dataclasses.asdict(self.parent)
         return raw
 
     @classmethod
@@ -167,6 +178,7 @@ class Bundle:
                     state["optimizer"], Progress.from_dict(state["progress"]), state["rng"]),
                 trained=Trained(**raw["trained"]) if "trained" in raw else None,
                 averaged_from=list(raw.get("averaged_from", [])),
+                parent=Parent(**raw["parent"]) if "parent" in raw else None,
                 mtkit_version=str(raw.get("mtkit_version", "")),
             )
         except (KeyError, TypeError):

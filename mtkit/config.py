@@ -178,6 +178,9 @@ class TrainConfig:
     max_bad_steps: int = field(default=5, metadata=between(1))
     # under torchrun: how long a collective may wait for a rank before the job ends
     dist_timeout: float = field(default=600.0, metadata={"parse": parse_duration, **between(1)})
+    # a model bundle to start from (fine-tuning): its weights and SentencePiece model, with
+    # a fresh optimiser and schedule; the model section must match the parent's
+    init_from: Path | None = None
 
     # keys of earlier versions, which models on disk still carry in their recipe:
     # old key -> (today's key, converter of the old value)

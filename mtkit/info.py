@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import FORMAT, FORMAT_VERSION, Bundle, Trained, load_checkpoint
+from .checkpoint import FORMAT, FORMAT_VERSION, Bundle, Parent, Trained, load_checkpoint
 from .errors import CheckpointError, ConfigError
 from .run import RunPaths
 from .textio import file_fingerprint, read_json, read_json_lines
@@ -66,7 +66,8 @@ class ModelInfo:
     trained: Trained | None  # None: not recorded (bundles of older versions)
     resumable: bool
     data_fingerprints: dict[str, str]
-    averaged_from: list[str] = field(default_factory=list)  # the recipe has no init_from (yet)
+    averaged_from: list[str] = field(default_factory=list)
+    parent: Parent | None = None  # the model train.init_from started the run from
     run: RunInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,7 +91,9 @@ class ModelInfo:
                            "model_type": self.model_type},
             "training": {**training, "resumable": self.resumable,
                          "data_fingerprints": self.data_fingerprints},
-            "lineage": {"averaged_from": self.averaged_from},
+            "lineage": {"averaged_from": self.averaged_from,
+                        "init_from": None if self.parent is None
+                        else dataclasses.asdict(self.parent)},
             "run": run,
         }
 
@@ -116,6 +119,8 @@ class ModelInfo:
                          else "no (weights only)"))
         training += [(f"data {name}", fp[:12]) for name, fp in self.data_fingerprints.items()]
         lineage = [("averaged from", p) for p in self.averaged_from] or [("averaged from", "-")]
+        lineage.append(("fine-tuned from", "-" if self.parent is None else
+                        f"{self.parent.path} (fingerprint {self.parent.fingerprint[:12]})"))
         groups = [("file", file), ("model", model), ("training", training),
                   ("lineage", lineage)]
         if self.run is not None:
@@ -189,6 +194,7 @@ def model_info(path: str | Path) -> ModelInfo:
         resumable=bundle.train_state is not None,
         data_fingerprints=dict(bundle.data_fingerprints),
         averaged_from=list(bundle.averaged_from),
+        parent=bundle.parent,
         run=None if run_dir is None else run_info(RunPaths(run_dir), model_path),
     )
 

@@ -21,11 +21,12 @@ import torch
 from . import dist
 from .atomic import atomic_write_bytes, atomic_write_json
 from .binarize import binarize
-from .checkpoint import Bundle, average_checkpoints, load_checkpoint, save_checkpoint
+from .checkpoint import Bundle, Parent, average_checkpoints, load_checkpoint, save_checkpoint
 from .config import Recipe
 from .engine import TorchEngine
 from .errors import ConfigError, MtkitError
 from .evaluation import DevSet, dev_bleu, evaluate_test_sets, greedy, log_results, tune_decoding
+from .finetune import load_parent, write_parent_tokenizer
 from .manifest import Manifest, load_manifest
 from .plot import plot_available, plot_runs
 from .run import RunLock, RunPaths, training_complete
@@ -51,6 +52,7 @@ class PipelineRun:
     model: Path | None = None  # model.pt, from the average stage
     chosen: str = ""  # what model.pt is ("average" or a checkpoint's name), ditto
     scores: dict[str, Any] | None = None  # eval/scores.json, from the eval stage
+    parent: tuple[Bundle, Parent] | None = None  # train.init_from, read and checked first
     _dev: DevSet | None = None
 
     def dev(self) -> DevSet:
@@ -68,6 +70,8 @@ def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
     directory's lock and does the work of one process (tokenizer, binarise, average, eval,
     every file written), all ranks train."""
     run = PipelineRun(recipe, RunPaths(run_dir), resolve_device(device), restart)
+    if recipe.train.init_from is not None:
+        run.parent = load_parent(recipe)  # bad input ends here, before anything is written
     if not dist.is_main():
         dist.wait_for_main()  # until rank 0 holds the run directory
         _run_stages(run, until)
@@ -174,22 +178,31 @@ def tokenizer_stage(run: PipelineRun) -> None:
 def _tokenizer(run: PipelineRun) -> None:
     recipe, out_dir = run.recipe, run.paths.tokenizer
     stamp_path = out_dir / "stamp.json"
-    stamp = {
-        "settings": dataclasses.asdict(recipe.tokenizer),
-        "inputs": [file_fingerprint(p) for p in (recipe.data.train.src, recipe.data.train.tgt)],
-    }
+    if run.parent is not None:  # fine-tuning: the parent's SentencePiece model, as it is
+        stamp: dict[str, Any] = {"init_from": run.parent[1].fingerprint}
+    else:
+        stamp = {"settings": dataclasses.asdict(recipe.tokenizer),
+                 "inputs": [file_fingerprint(p)
+                            for p in (recipe.data.train.src, recipe.data.train.tgt)]}
     old = read_json(stamp_path)
     if old == stamp:
         try:
             run.tokenizer = load_recipe_tokenizer(out_dir, recipe.tokenizer.joint)
-            _skip("tokenizer", "settings and training text unchanged")
+            _skip("tokenizer", "the parent model's, unchanged" if run.parent else
+                  "settings and training text unchanged")
             return
         except Exception:  # noqa: BLE001 - a damaged model file is simply rebuilt
             old = None
-    _run("tokenizer", "no tokenizer yet" if old is None else "settings or training text changed")
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp_path.unlink(missing_ok=True)
-    run.tokenizer = train_recipe_tokenizer(recipe, out_dir)
+    if run.parent is not None:
+        _run("tokenizer", f"taking the SentencePiece model of {run.parent[1].path} "
+             "(train.init_from)")
+        run.tokenizer = write_parent_tokenizer(recipe, run.parent[0], out_dir)
+    else:
+        _run("tokenizer", "no tokenizer yet" if old is None
+             else "settings or training text changed")
+        run.tokenizer = train_recipe_tokenizer(recipe, out_dir)
     _write_stamp(stamp_path, stamp)
 
 
@@ -256,6 +269,8 @@ def _binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: Manifest
 def train_stage(run: PipelineRun) -> None:
     recipe, paths = run.recipe, run.paths
     fingerprints = run.manifest.training_fingerprints()
+    if run.parent is not None:  # a run is the continuation of one parent only
+        fingerprints["init_from"] = run.parent[1].fingerprint
     done = "" if run.restart else training_complete(recipe, paths.run_dir, run.tokenizer,
                                                     fingerprints)
     if done:
@@ -264,7 +279,7 @@ def train_stage(run: PipelineRun) -> None:
         resuming = paths.last.is_file() and not run.restart
         _run("train", "resuming the run" if resuming else "starting a new run")
         train(recipe, paths.run_dir, run.tokenizer, paths.data, fingerprints, run.device,
-              run.restart)
+              run.restart, run.parent)
     if dist.is_main():
         _record_recipe(recipe, paths)  # the run accepted this recipe
 

@@ -202,6 +202,9 @@ def check_same_run(bundle: Bundle, recipe: Recipe, tokenizer: Tokenizer,
         )
     if (bundle.spm_src, bundle.spm_tgt) != (tokenizer.src_bytes, tokenizer.tgt_bytes):
         raise ConfigError(f"{run_dir}: the tokenizer changed since this run started; {advice}")
+    if bundle.data_fingerprints.get("init_from") != data_fingerprints.get("init_from"):
+        raise ConfigError(f"{run_dir}: train.init_from names another model than this run "
+                          f"started from; {advice}")
     if bundle.data_fingerprints != data_fingerprints:
         raise ConfigError(
             f"{run_dir}: the training data changed since this run started; {advice}"

@@ -274,7 +274,7 @@ def _load_processor(blob: bytes, name: str) -> spm.SentencePieceProcessor:
 # --------------------------------------------------------------------------- recipes
 
 
-def _model_paths(out_dir: Path, joint: bool) -> tuple[Path, Path | None]:
+def model_paths(out_dir: Path, joint: bool) -> tuple[Path, Path | None]:
     if joint:
         return out_dir / "spm.model", None
     return out_dir / "spm.src.model", out_dir / "spm.tgt.model"
@@ -300,5 +300,5 @@ def train_recipe_tokenizer(recipe: Recipe, out_dir: Path) -> Tokenizer:
 
 
 def load_recipe_tokenizer(out_dir: Path, joint: bool) -> Tokenizer:
-    src, tgt = _model_paths(Path(out_dir), joint)
+    src, tgt = model_paths(Path(out_dir), joint)
     return Tokenizer.from_files(src, tgt)

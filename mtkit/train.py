@@ -22,7 +22,15 @@ from tqdm import tqdm
 
 from . import dist
 from .batching import BatchSampler, make_batch
-from .checkpoint import Bundle, Progress, Trained, TrainState, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    Bundle,
+    Parent,
+    Progress,
+    Trained,
+    TrainState,
+    load_checkpoint,
+    save_checkpoint,
+)
 from .config import Recipe, TrainConfig
 from .dataset import ParallelData
 from .errors import ConfigError, Interrupted, TrainingDiverged
@@ -96,6 +104,7 @@ class Trainer:
             recipe, tokenizer, valid_data, self.device)
         self.progress = Progress()
         self.bad_steps = 0
+        self.parent: Parent | None = None  # the model train.init_from started the run from
 
     def _wrap(self, model: Transformer) -> torch.nn.Module:
         """What the update calls (DDP, compiled); self.model stays the plain module that
@@ -120,6 +129,7 @@ class Trainer:
         if state is None:
             return False  # a model file put there by hand: nothing to resume
         self.model.load_state_dict(bundle.weights)
+        self.parent = bundle.parent
         self.optimizer.load_state_dict(state.optimizer)
         self.progress = state.progress
         self.progress.finished = ""
@@ -138,6 +148,13 @@ class Trainer:
         )
         return True
 
+    def start_from(self, parent: Bundle, lineage: Parent) -> None:
+        """A new run's weights from a parent model (train.init_from); the optimiser and
+        the schedule stay fresh."""
+        self.model.load_state_dict(parent.weights)
+        self.parent = lineage
+        log.info("starting from the weights of %s (train.init_from)", lineage.path)
+
     def _bundle(self, with_train_state: bool) -> Bundle:
         train_state = None
         if with_train_state:
@@ -151,6 +168,7 @@ class Trainer:
             data_fingerprints=self.data_fingerprints,
             train_state=train_state,
             trained=Trained.from_progress(self.progress),
+            parent=self.parent,
         )
 
     def save(self, step_checkpoint: bool) -> None:
@@ -460,16 +478,19 @@ def train(
     data_fingerprints: dict[str, str],
     device: str | torch.device = "auto",
     restart: bool = False,
+    parent: tuple[Bundle, Parent] | None = None,
 ) -> Progress:
-    """Train (or resume) the run in run_dir; returns where it stopped."""
+    """Train (or resume) the run in run_dir, a new run from `parent`'s weights if given;
+    returns where it stopped."""
     trainer = Trainer(recipe, run_dir, tokenizer, data_dir, data_fingerprints, device)
     paths = trainer.paths
     if trainer.rank == 0:  # the one process that writes
         paths.remove_temporary_files()
         if restart:
             paths.clear_training()
-    if not restart:
-        trainer.resume()
+    resumed = not restart and trainer.resume()
+    if not resumed and parent is not None:
+        trainer.start_from(*parent)
     trainer.drop_stale_top_checkpoints()
     run_dir.mkdir(parents=True, exist_ok=True)
     log_file = logging.FileHandler(paths.train_log, encoding="utf-8")

@@ -1,0 +1,67 @@
+"""Fine-tuning: a run that starts from another run's model (`train.init_from`).
+
+The child takes the parent's weights and SentencePiece model, and nothing else: the
+optimiser and the schedule start afresh, the data are the child's. The architecture
+cannot change (the weights would not fit), so the recipe's model section must equal the
+parent's; the tokenizer section is only compared, since the parent's vocabulary is used
+whatever it says. The parent file is only read; the child's bundles name it and its
+fingerprint (`checkpoint.Parent`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from .atomic import atomic_write_bytes
+from .checkpoint import Bundle, Parent, load_checkpoint
+from .config import Recipe
+from .errors import CheckpointError, ConfigError
+from .textio import file_fingerprint
+from .tokenizer import Tokenizer, load_recipe_tokenizer, model_paths
+
+log = logging.getLogger("mtkit")
+
+
+def load_parent(recipe: Recipe) -> tuple[Bundle, Parent]:
+    """The bundle train.init_from names, checked against the recipe; ConfigError naming
+    the key when it is missing, not a model, or of another architecture."""
+    path = recipe.train.init_from
+    if path is None:
+        raise ValueError("the recipe has no train.init_from")  # a bug: callers check
+    try:
+        bundle = load_checkpoint(path)
+    except CheckpointError as exc:
+        raise ConfigError(f"train.init_from: {exc}") from None
+    old, new = bundle.recipe.model, recipe.model
+    if old != new:
+        differ = ", ".join(f"model.{f.name} {getattr(new, f.name)} (parent {getattr(old, f.name)})"
+                           for f in dataclasses.fields(new)
+                           if getattr(old, f.name) != getattr(new, f.name))
+        raise ConfigError(f"train.init_from: {path} has another architecture: {differ}; "
+                          "a fine-tuned model keeps its parent's model section")
+    joint = bundle.spm_tgt is None
+    if joint != recipe.tokenizer.joint:
+        raise ConfigError(f"train.init_from: {path} has {'one joint' if joint else 'separate'} "
+                          f"SentencePiece model{'' if joint else 's'}: set tokenizer.joint: "
+                          f"{str(joint).lower()}")
+    return bundle, Parent(str(path), file_fingerprint(path))
+
+
+def write_parent_tokenizer(recipe: Recipe, bundle: Bundle, out_dir: Path) -> Tokenizer:
+    """Write the parent's SentencePiece model(s) into out_dir, byte for byte, and warn
+    where the recipe's tokenizer section asks for something else."""
+    differ = [f"tokenizer.{f.name} {getattr(recipe.tokenizer, f.name)} (parent "
+              f"{getattr(bundle.recipe.tokenizer, f.name)})"
+              for f in dataclasses.fields(recipe.tokenizer)
+              if getattr(recipe.tokenizer, f.name) != getattr(bundle.recipe.tokenizer, f.name)]
+    if differ:
+        log.warning("train.init_from: the parent's SentencePiece model is used, not the "
+                    "recipe's tokenizer section: %s", ", ".join(differ))
+    src_path, tgt_path = model_paths(out_dir, recipe.tokenizer.joint)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(src_path, bundle.spm_src)
+    if tgt_path is not None and bundle.spm_tgt is not None:
+        atomic_write_bytes(tgt_path, bundle.spm_tgt)
+    return load_recipe_tokenizer(out_dir, recipe.tokenizer.joint)

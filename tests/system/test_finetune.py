@@ -1,0 +1,100 @@
+"""Fine-tuning (`train.init_from`): a run that starts from another run's model takes its
+weights and SentencePiece model, trains with a fresh optimiser, names its parent, and
+never touches the parent file."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from builders import bible_recipe, metrics_records
+
+from mtkit.checkpoint import load_checkpoint
+from mtkit.textio import file_fingerprint
+
+PARENT_TRAIN = {"max_steps": 60, "log_every": 1, "valid_every": 60, "save_every": 60}
+CHILD_TRAIN = {"max_steps": 2, "log_every": 1, "valid_every": 10, "save_every": 10}
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory, mtkit_cli) -> Path:
+    """A run trained 60 updates from scratch: its model.pt is the parent."""
+    root = tmp_path_factory.mktemp("parent")
+    bible_recipe(root, train=PARENT_TRAIN)
+    done = mtkit_cli(["train", "tiny.yaml", "--until", "average"], cwd=root)
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def first_loss(run_dir: Path) -> float:
+    return metrics_records(run_dir, "train")[0]["loss"]
+
+
+def test_the_child_starts_from_the_parent(parent, tmp_path, mtkit_cli):
+    parent_model = parent / "runs" / "tiny" / "model.pt"
+    before = parent_model.read_bytes()
+    bible_recipe(tmp_path, train=CHILD_TRAIN)
+    done = mtkit_cli(["train", "tiny.yaml", "--until", "train",
+                      "--set", f"train.init_from={parent_model}"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "[tokenizer] running: taking the SentencePiece model of" in done.stderr
+    assert "starting from the weights of" in done.stderr
+    child_dir = tmp_path / "runs" / "tiny"
+    scratch = first_loss(parent / "runs" / "tiny")  # the same data and seed, random weights
+    trained = metrics_records(parent / "runs" / "tiny", "train")[-1]["loss"]
+    child = first_loss(child_dir)
+    print(f"first loss: scratch {scratch:.3f}, child {child:.3f}; parent's last {trained:.3f}")
+    assert child < scratch - 0.5 and abs(child - trained) < 0.5
+    parent_bundle = load_checkpoint(parent_model)
+    assert (child_dir / "tokenizer" / "spm.model").read_bytes() == parent_bundle.spm_src
+    child_bundle = load_checkpoint(child_dir / "checkpoints" / "checkpoint_last.pt")
+    assert child_bundle.spm_src == parent_bundle.spm_src
+    assert child_bundle.parent.path == str(parent_model)
+    assert child_bundle.parent.fingerprint == file_fingerprint(parent_model)
+    assert child_bundle.train_state.progress.step == 2  # a fresh schedule: the child's own
+    assert parent_model.read_bytes() == before
+    info = mtkit_cli(["info", child_dir / "checkpoints" / "checkpoint_last.pt"], cwd=tmp_path)
+    assert re.search(rf"fine-tuned from: +{re.escape(str(parent_model))} \(fingerprint",
+                     info.stdout), info.stdout
+
+    again = mtkit_cli(["train", "tiny.yaml", "--until", "train",
+                       "--set", f"train.init_from={parent_model}"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "[tokenizer] skipped: the parent model's, unchanged" in again.stderr
+    assert "training complete" in again.stderr
+
+    other = tmp_path / "other.pt"  # another parent for the same run: refused
+    shutil.copy(parent / "runs" / "tiny" / "checkpoints" / "checkpoint_last.pt", other)
+    refused = mtkit_cli(["train", "tiny.yaml", "--until", "train", "--set",
+                         f"train.init_from={other}", "--set", "train.max_steps=4"], cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "train.init_from names another model than this run started from" in refused.stderr
+
+
+def test_a_differing_tokenizer_section_is_warned_about(parent, tmp_path, mtkit_cli):
+    parent_model = parent / "runs" / "tiny" / "model.pt"
+    bible_recipe(tmp_path, train={**CHILD_TRAIN, "init_from": str(parent_model)},
+                 tokenizer={"vocab_size": 500})
+    done = mtkit_cli(["train", "tiny.yaml", "--until", "train"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "the parent's SentencePiece model is used" in done.stderr
+    assert "tokenizer.vocab_size 500 (parent 300)" in done.stderr
+
+
+def test_bad_init_from(parent, tmp_path, mtkit_cli, expect_error):
+    bible_recipe(tmp_path, train=CHILD_TRAIN)
+    text = tmp_path / "notes.txt"
+    text.write_text("not a model\n")
+    train = ["train", "tiny.yaml", "--set"]
+    cases = [
+        ([f"train.init_from={tmp_path / 'missing.pt'}"], "train.init_from:", "model file not found"),
+        ([f"train.init_from={text}"], "train.init_from:", "not an mtkit checkpoint"),
+        ([f"train.init_from={parent / 'runs' / 'tiny' / 'model.pt'}", "--set",
+          "model.d_model=32"], "has another architecture: model.d_model 32 (parent 64)",
+         "keeps its parent's model section"),
+    ]
+    for args, *needles in cases:
+        expect_error(mtkit_cli([*train, *args], cwd=tmp_path), *needles)
+        assert not (tmp_path / "runs").exists()  # nothing written
