@@ -352,9 +352,9 @@ def translate(
         if dist.launched():
             receive_shares(out, translator.stats)  # after rank 0's own, in rank order
 
-    begun = time.perf_counter()
+    begun, main = time.perf_counter(), dist.is_main()  # (after shutdown every rank is "0")
     try:
-        if not dist.is_main():
+        if not main:
             with tempfile.TemporaryFile() as spool:
                 send_share(translate_share, spool)
         elif output_file is not None:
@@ -369,7 +369,7 @@ def translate(
         dist.shutdown()
     if dist.launched():
         translator.stats.seconds = time.perf_counter() - begun  # the job's, not one share's
-    if not quiet and dist.is_main():
+    if not quiet and main:
         sys.stderr.write(translator.stats.summary() + "\n")
 
 
