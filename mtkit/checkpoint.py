@@ -50,6 +50,7 @@ class Progress:
     # the job that last trained: processes, and max_tokens x update_freq x processes
     world_size: int = 0  # 0: a file of an mtkit version before distributed training
     tokens_per_update: int = 0
+    horizon: int = 0  # the update train.schedule ends at; 0: none, or not estimated yet
 
     def record_validation(self, score: float) -> bool:
         """Count a validation (higher score = better) for best-model and patience; True

@@ -150,6 +150,11 @@ class TrainConfig:
     tokens_per_update: int = field(default=0, metadata=between(0))  # 0 = use update_freq
     lr: float = field(default=5e-4, metadata=between(0.0, 10.0))
     warmup_steps: int = field(default=4000, metadata=between(0))
+    # after the warmup: inverse-sqrt (never reaches a floor), or linear / cosine / wsd
+    # down to min_lr at the horizon: max_steps, or an estimate from max_time (schedule.py)
+    schedule: Literal["inverse-sqrt", "linear", "cosine", "wsd"] = "inverse-sqrt"
+    min_lr: float = field(default=0.0, metadata=between(0.0, 10.0))
+    decay_fraction: float = field(default=0.2, metadata=between(0.0, 1.0))  # wsd's decay
     label_smoothing: float = field(default=0.1, metadata=between(0.0, 0.99))
     adam_betas: tuple[float, float] = field(default=(0.9, 0.98), metadata=between(None))
     adam_eps: float = field(default=1e-8, metadata=between(0.0, 1.0))
@@ -187,6 +192,14 @@ class TrainConfig:
     old_keys: ClassVar[dict[str, tuple[str, Callable[[Any], Any]]]] = {
         "average_last": ("average", lambda k: "none" if k in (0, 1) else f"last-{k}"),
     }
+
+    def check(self) -> None:
+        if self.schedule != "inverse-sqrt" and not (self.max_steps or self.max_time):
+            raise ValueError(f"train.schedule {self.schedule} decays to train.min_lr at a "
+                             "horizon: set train.max_steps or train.max_time")
+        if self.min_lr > self.lr:
+            raise ValueError(f"train.min_lr ({self.min_lr:g}) must not exceed train.lr "
+                             f"({self.lr:g})")
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,8 @@ def stop_reason(cfg: TrainConfig, progress: Progress) -> str:
         return f"reached max_epochs {cfg.max_epochs}"
     if cfg.max_time and progress.elapsed >= cfg.max_time:
         return f"reached max_time {cfg.max_time:g}s"
+    if progress.horizon and progress.step >= progress.horizon:
+        return f"reached the end of the {cfg.schedule} schedule ({progress.horizon} updates)"
     if cfg.patience and progress.validations_without_improvement >= cfg.patience:
         return f"no improvement in {cfg.patience} validations (patience)"
     return ""

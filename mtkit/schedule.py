@@ -1,8 +1,22 @@
-"""The learning-rate schedule of "Attention Is All You Need", parameterised by its peak."""
+"""Learning-rate schedules (`train.schedule`): all warm up linearly to the peak, then
+
+    inverse-sqrt  peak * sqrt(warmup / step), never reaching a floor ("Attention Is All
+                  You Need"; needs no horizon);
+    linear        straight down to train.min_lr at the horizon;
+    cosine        half a cosine down to train.min_lr at the horizon;
+    wsd           warmup-stable-decay: the peak until the last train.decay_fraction of
+                  the horizon, then straight down to train.min_lr at the horizon.
+
+The horizon is the update the schedule ends at: train.max_steps, or for a train.max_time
+budget an estimate made once from the measured speed (`estimate_horizon`), stored in the
+checkpoint so that a resumed run follows the same curve. Past the horizon: min_lr.
+"""
 
 from __future__ import annotations
 
 import math
+
+SCHEDULES = ("inverse-sqrt", "linear", "cosine", "wsd")
 
 
 def inverse_sqrt_lr(step: int, peak_lr: float, warmup_steps: int) -> float:
@@ -19,3 +33,39 @@ def inverse_sqrt_lr(step: int, peak_lr: float, warmup_steps: int) -> float:
     if step < warmup:
         return peak_lr * step / warmup
     return peak_lr * math.sqrt(warmup / step)
+
+
+def learning_rate(schedule: str, step: int, peak_lr: float, warmup_steps: int,
+                  horizon: int = 0, min_lr: float = 0.0, decay_fraction: float = 0.2
+                  ) -> float:
+    """Learning rate for update `step` (from 1). A horizon of 0 (not estimated yet) keeps
+    a decaying schedule at its peak after the warmup."""
+    if schedule == "inverse-sqrt":
+        return inverse_sqrt_lr(step, peak_lr, warmup_steps)
+    warmup = max(warmup_steps, 1)
+    step = max(step, 1)
+    if step < warmup:
+        return peak_lr * step / warmup
+    if horizon <= 0:
+        return peak_lr
+    if step >= horizon:
+        return min_lr
+    if schedule == "wsd":
+        decay_start = max(warmup, horizon - round(decay_fraction * horizon))
+        if step < decay_start:
+            return peak_lr
+        done = (step - decay_start) / max(horizon - decay_start, 1)
+        return peak_lr + (min_lr - peak_lr) * done
+    done = (step - warmup) / max(horizon - warmup, 1)  # 0 at the peak, 1 at the horizon
+    if schedule == "linear":
+        return peak_lr + (min_lr - peak_lr) * done
+    if schedule == "cosine":
+        return min_lr + (peak_lr - min_lr) * 0.5 * (1 + math.cos(math.pi * done))
+    raise ValueError(f"unknown schedule {schedule!r}")  # config.py admits only SCHEDULES
+
+
+def estimate_horizon(step: int, elapsed: float, budget: float) -> int:
+    """The update a `budget`-second run will end at, at the mean speed so far (`step`
+    updates in `elapsed` seconds); at least the next update."""
+    seconds_per_update = elapsed / max(step, 1)
+    return max(step + 1, int(budget / max(seconds_per_update, 1e-9)))

@@ -50,7 +50,7 @@ from .run import (
     stop_reason,
 )
 from .runtime import resolve_device
-from .schedule import inverse_sqrt_lr
+from .schedule import estimate_horizon, learning_rate
 from .tokenizer import PAD_ID, Tokenizer
 
 log = logging.getLogger("mtkit")
@@ -134,8 +134,10 @@ class Trainer:
         self.progress = state.progress
         self.progress.finished = ""
         self.sampler.load_state_dict(self.progress.sampler)
-        # files of earlier versions may hold a sampler already moved on to the next epoch
+        # files of earlier versions may hold a sampler already moved on to the next epoch,
+        # or (stopped by max_epochs) one still at the end of the epoch before
         self.progress.epoch = max(self.progress.epoch, self.sampler.epoch)
+        self.sampler.set_epoch(self.progress.epoch)
         restore_rng_states(state.rng)
         check_world_size_change(self.progress, self.cfg, self.world_size, self.paths.run_dir)
         self.metrics.truncate(self.progress.step)
@@ -193,6 +195,10 @@ class Trainer:
             return self.progress
         self.paths.run_dir.mkdir(parents=True, exist_ok=True)
         self.progress.world_size = self.world_size
+        if cfg.schedule == "inverse-sqrt":
+            self.progress.horizon = 0
+        elif cfg.max_steps:
+            self.progress.horizon = cfg.max_steps
         self.progress.tokens_per_update = cfg.max_tokens * self.update_freq * self.world_size
         log.info("training on %s, %d process%s; tokens per update: %d x %d x %d = %d "
                  "(max_tokens x update_freq x processes)", self.device, self.world_size,
@@ -237,6 +243,7 @@ class Trainer:
             # every rank decides on rank 0's clock and on a signal any rank received
             self.progress.elapsed, received = dist.agree(time.monotonic() - start,
                                                          signals.received, self.device)
+            self._estimate_horizon()
             self.progress.finished = stop_reason(cfg, self.progress)
             if self.progress.finished:
                 break
@@ -246,6 +253,18 @@ class Trainer:
                 self.save(step_checkpoint=False)
                 raise Interrupted(received)
         self._finish()
+
+    def _estimate_horizon(self) -> None:
+        """A max_time budget's horizon, once, when the warmup is over: from the speed so
+        far (on every rank alike: the clock is rank 0's), stored with the progress."""
+        cfg, progress = self.cfg, self.progress
+        if (cfg.schedule == "inverse-sqrt" or progress.horizon or not cfg.max_time
+                or progress.step < max(cfg.warmup_steps, 1)):
+            return
+        progress.horizon = estimate_horizon(progress.step, progress.elapsed, cfg.max_time)
+        log.info("%s schedule: %d updates in the %gs budget at %.2fs an update so far; "
+                 "the learning rate reaches %g there", cfg.schedule, progress.horizon,
+                 cfg.max_time, progress.elapsed / progress.step, cfg.min_lr)
 
     def _finish(self) -> None:
         """Validate and save the final state unless the last step just did."""
@@ -263,9 +282,9 @@ class Trainer:
             if group:
                 return group
             self.progress.epoch += 1
+            self.sampler.set_epoch(self.progress.epoch)  # saved so, even when stopping here
             if stop_reason(self.cfg, self.progress):
                 return None
-            self.sampler.set_epoch(self.progress.epoch)
 
     def _autocast(self):
         if self.cfg.precision == "bf16":
@@ -310,7 +329,9 @@ class Trainer:
             self._skip_bad_update(loss_sum, grad_norm)
             return
         self.bad_steps = 0
-        lr = inverse_sqrt_lr(self.progress.step + 1, self.cfg.lr, self.cfg.warmup_steps)
+        cfg = self.cfg
+        lr = learning_rate(cfg.schedule, self.progress.step + 1, cfg.lr, cfg.warmup_steps,
+                           self.progress.horizon, cfg.min_lr, cfg.decay_fraction)
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         self.optimizer.step()

@@ -8,6 +8,7 @@ import pytest
 import torch
 from builders import bible_recipe, metrics_records, prepare, reverse_recipe, reverse_task, weights
 
+from mtkit.checkpoint import load_checkpoint
 from mtkit.config import load_recipe, recipe_from_dict
 from mtkit.run import RunPaths
 from mtkit.train import Trainer, TrainingDiverged, train
@@ -181,3 +182,47 @@ def test_compiled_training_matches_eager(tmp_path):
         losses[name] = [r["loss"] for r in metrics_records(run, "train")]
     assert len(losses["eager"]) == 4
     assert losses["compiled"] == pytest.approx(losses["eager"], rel=1e-4)
+
+
+def test_a_decaying_schedule_resumes_bit_identically(tmp_path):
+    """wsd to the max_steps horizon, interrupted at the end of epoch 1 (max_epochs) and
+    resumed: the same weights as in one go, and the last update ran at train.min_lr."""
+    schedule = {"max_steps": 12, "schedule": "wsd", "decay_fraction": 0.5, "min_lr": 1e-4,
+                "warmup_steps": 2, "valid_every": 100, "save_every": 100, "log_every": 1}
+    path = bible_recipe(tmp_path, train=schedule, model={"dropout": 0.3})
+    whole = load_recipe(path)
+    tokenizer, fingerprints = prepare(whole, tmp_path / "whole")
+    train(whole, tmp_path / "whole", tokenizer, tmp_path / "whole" / "data", fingerprints, "cpu")
+    rates = [r["lr"] for r in metrics_records(tmp_path / "whole", "train")]
+    assert rates[1:6] == [0.003] * 5 and rates[-1] == pytest.approx(1e-4)  # stable, decayed
+
+    run = tmp_path / "split"
+    tokenizer, fingerprints = prepare(whole, run)
+    first = train(load_recipe(path, ["train.max_epochs=1"]), run, tokenizer, run / "data",
+                  fingerprints, "cpu")
+    assert 2 < first.step < 12 and first.horizon == 12
+    progress = train(whole, run, tokenizer, run / "data", fingerprints, "cpu")
+    assert progress.step == 12
+    a, b = weights(RunPaths(tmp_path / "whole").last), weights(RunPaths(run).last)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_a_time_budget_sets_the_horizon_once(tmp_path, caplog):
+    """max_time: the horizon is estimated when the warmup ends, stored, and training ends
+    at the horizon or the budget, whichever comes first."""
+    path = bible_recipe(tmp_path, train={"max_steps": 0, "max_time": 3, "schedule": "linear",
+                                         "warmup_steps": 3, "valid_every": 10_000,
+                                         "save_every": 10_000, "log_every": 1})
+    recipe = load_recipe(path)
+    run = tmp_path / "run"
+    tokenizer, fingerprints = prepare(recipe, run)
+    with caplog.at_level("INFO", logger="mtkit"):
+        progress = train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    assert progress.horizon > 3
+    assert caplog.text.count("linear schedule:") == 1
+    saved = load_checkpoint(RunPaths(run).last).train_state.progress
+    assert saved.horizon == progress.horizon
+    assert "max_time" in progress.finished or "end of the linear schedule" in progress.finished
+    rates = [r["lr"] for r in metrics_records(run, "train")]
+    assert rates[2] == pytest.approx(0.003) and rates[-1] < rates[2]

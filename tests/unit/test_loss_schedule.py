@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mtkit.loss import label_smoothed_nll
-from mtkit.schedule import inverse_sqrt_lr
+from mtkit.schedule import estimate_horizon, inverse_sqrt_lr, learning_rate
 
 PAD = 0
 
@@ -102,3 +102,53 @@ def test_gradient_matches_autograd_of_the_dense_formula(eps):
     ref_nll = (-logp.gather(-1, target[:, None])[:, 0] * keep).sum()
     (ref_loss + 0.5 * ref_nll).backward()
     torch.testing.assert_close(fused, logits.grad)
+
+
+# --------------------------------------------------------------------------- train.schedule
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "wsd"])
+def test_decaying_schedules_warm_up_then_reach_the_floor_at_the_horizon(schedule):
+    peak, floor, warmup, horizon = 1e-3, 1e-5, 10, 100
+    rates = [learning_rate(schedule, s, peak, warmup, horizon, floor, 0.3)
+             for s in range(1, 131)]
+    assert rates[:warmup] == pytest.approx([peak * s / warmup for s in range(1, warmup + 1)])
+    after = rates[warmup - 1 : horizon]
+    assert all(a >= b for a, b in zip(after, after[1:]))  # never rises after the peak
+    assert rates[horizon - 1] == pytest.approx(floor)  # update `horizon` runs at the floor
+    assert rates[horizon:] == [floor] * 30  # and so does every update past it
+    assert rates[horizon - 2] > floor
+
+
+def test_schedule_values():
+    peak, warmup, horizon = 1.0, 10, 110
+    assert learning_rate("linear", 60, peak, warmup, horizon) == pytest.approx(0.5)
+    assert learning_rate("cosine", 60, peak, warmup, horizon) == pytest.approx(0.5)
+    assert learning_rate("cosine", 35, peak, warmup, horizon) == pytest.approx(
+        0.5 * (1 + math.cos(math.pi / 4)))
+    # wsd, decay over the last 20% (22 updates): the peak until update 88, half at 99
+    assert learning_rate("wsd", 88, peak, warmup, horizon, 0.0, 0.2) == pytest.approx(1.0)
+    assert learning_rate("wsd", 99, peak, warmup, horizon, 0.0, 0.2) == pytest.approx(0.5)
+    assert learning_rate("wsd", 50, peak, warmup, horizon, 0.0, 0.2) == 1.0
+    # no horizon yet (a max_time budget before its estimate): the peak after the warmup
+    assert learning_rate("linear", 500, peak, warmup, 0) == 1.0
+    # inverse-sqrt ignores the horizon: today's schedule, unchanged
+    assert learning_rate("inverse-sqrt", 40, peak, warmup, 50) == inverse_sqrt_lr(40, peak, 10)
+
+
+def test_estimate_horizon():
+    assert estimate_horizon(step=100, elapsed=50.0, budget=600.0) == 1200
+    assert estimate_horizon(step=100, elapsed=700.0, budget=600.0) == 101  # over budget
+
+
+def test_a_decaying_schedule_needs_a_horizon():
+    from mtkit.config import recipe_from_dict
+    from mtkit.errors import ConfigError
+
+    raw = {"data": {"train": {"src": "a", "tgt": "b"}}, "train": {"schedule": "cosine"}}
+    with pytest.raises(ConfigError, match="train.schedule cosine decays to train.min_lr at a "
+                                          "horizon: set train.max_steps or train.max_time"):
+        recipe_from_dict(raw)
+    raw["train"].update(max_time="30m", min_lr=0.1, lr=0.01)
+    with pytest.raises(ConfigError, match=r"train.min_lr \(0.1\) must not exceed train.lr"):
+        recipe_from_dict(raw)
