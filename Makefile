@@ -16,7 +16,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv .venv
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,ct2,plot,tensorboard]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,ct2,plot,tensorboard,serve]'
 	touch $@
 
 demo: install

@@ -408,6 +408,57 @@ def plot(
     log.info("curves of %d run(s) written to %s", len(run_dirs), output)
 
 
+@app.command()
+def serve(
+    models: list[Path] = typer.Option(
+        ..., "-m", "--model", help="Model file (repeat: ensemble), or a directory that "
+        "`mtkit export` wrote."
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on "
+                             "(0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, "--port", help="Port (0: any free one; the log says which)."),
+    beam: int | None = typer.Option(None, "--beam", help="Beam size (1 = greedy)."),
+    lenpen: float | None = typer.Option(None, "--lenpen", help="Length penalty exponent."),
+    max_tokens: int = typer.Option(4096, "--max-tokens", help="Source tokens per batch."),
+    device: str = DeviceOpt,
+    threads: int = ThreadsOpt,
+    quantize: str = typer.Option(
+        "none", "--quantize", help="int8: dynamic int8 linear layers (CPU), or none."
+    ),
+    engine: str = typer.Option(
+        "auto", "--engine", help="torch, ctranslate2, or auto (ctranslate2 for an export dir)."
+    ),
+    batch_window_ms: float = typer.Option(
+        5.0, "--batch-window-ms", help="A batch starts once no request has come for this "
+        "long (waiting at most 10 times that for more)."
+    ),
+    max_body_bytes: int = typer.Option(1_000_000, "--max-body-bytes", help="Request body size."),
+    max_lines: int = typer.Option(1000, "--max-lines", help="Lines per request."),
+    max_chars: int = typer.Option(10_000, "--max-chars", help="Characters per line."),
+    max_queue: int = typer.Option(
+        4096, "--max-queue", help="Lines waiting for the model; a request beyond gets 503."
+    ),
+    max_beam: int = typer.Option(16, "--max-beam", help="The widest beam a request may ask for."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="MTKIT_API_KEY", show_envvar=True,
+        help="Answer translation requests only with this key (api_key or Authorization: Bearer)."
+    ),
+) -> None:
+    """Serve the model over HTTP: LibreTranslate's /translate, /v1/translate, a page at /
+    (needs the extra: pip install 'mtkit[serve]')."""
+    from .serve import ServeOptions
+    from .serve import serve as serve_forever
+    from .serve_api import Limits
+
+    limits = Limits(max_body_bytes=max_body_bytes, max_lines=max_lines, max_chars=max_chars,
+                    max_queue=max_queue, max_beam=max_beam)
+    serve_forever(ServeOptions(
+        models=tuple(models), host=host, port=port, beam=beam, lenpen=lenpen, quantize=quantize,
+        device=device, threads=threads, engine=engine, max_tokens=max_tokens,
+        batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,
+    ))
+
+
 def _open_input(path: Path | None) -> int:
     if path is None:
         return sys.stdin.fileno()

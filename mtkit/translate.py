@@ -123,7 +123,7 @@ class Translator:
 
     def translate(self, lines: Sequence[str]) -> list[str]:
         """The best translation of each line, one output per input line."""
-        return self._text([hyps[0] for hyps in self.search(lines)])
+        return self.texts([hyps[0] for hyps in self.search(lines)])
 
     def search(self, lines: Sequence[str], first_line: int | None = None
                ) -> list[list[Hypothesis]]:
@@ -161,7 +161,7 @@ class Translator:
         `index<TAB>score<TAB>text` rows."""
         out = []
         for offset, hyps in enumerate(hyps_per_line):
-            texts = self._text(hyps)
+            texts = self.texts(hyps)
             if self.settings.nbest > 1:
                 out += [f"{first_index + offset}\t{h.score:.4f}\t{t}" for h, t in zip(hyps, texts)]
             elif scores:
@@ -170,8 +170,8 @@ class Translator:
                 out.append(texts[0])
         return out
 
-    def _text(self, hyps: list[Hypothesis]) -> list[str]:
-        # a hypothesis must never break the line contract
+    def texts(self, hyps: list[Hypothesis]) -> list[str]:
+        """The text of each hypothesis, as `translate` prints it (never a line break)."""
         texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         return [t.replace("\r", " ").replace("\n", " ") for t in texts]
 

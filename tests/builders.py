@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -295,3 +296,45 @@ REF2 = [
     "It rains mainly in Spain.",
     "A fast brown fox jumps.",
 ]
+
+
+# --------------------------------------------------------------------------- what a server says
+
+_SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)')
+
+Series = tuple[str, tuple[tuple[str, str], ...]]  # (name, sorted (label, raw value) pairs)
+
+
+def prometheus_text(text: str) -> tuple[dict[str, str], dict[Series, float]]:
+    """Prometheus' text format (0.0.4) read back, its rules asserted on the way: every
+    family has `# HELP` then `# TYPE` before its series, every series line is well formed
+    and in a declared family (a histogram's `_bucket`, `_sum`, `_count` in its own).
+    Returns (family -> type, series -> value)."""
+    types: dict[str, str] = {}
+    helped: set[str] = set()
+    values: dict[Series, float] = {}
+    assert text.endswith("\n"), "the text must end with a newline"
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            helped.add(line.split(" ")[2])
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert name in helped and name not in types, line
+            assert kind in ("counter", "gauge", "histogram", "summary", "untyped"), line
+            types[name] = kind
+            continue
+        match = _SERIES.match(line)
+        assert match, f"not a series line: {line!r}"
+        name, label_text, value = match.groups()
+        labels, consumed = [], 0
+        for label in _LABEL.finditer(label_text or ""):
+            assert label.start() == consumed, line
+            consumed = label.end()
+            labels.append((label[1], label[2]))
+        assert consumed == len(label_text or ""), line
+        family = re.sub(r"_(bucket|sum|count)$", "", name)
+        assert name in types or types.get(family) == "histogram", f"undeclared: {name}"
+        values[(name, tuple(sorted(labels)))] = float("inf") if value == "+Inf" else float(value)
+    return types, values

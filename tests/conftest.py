@@ -130,10 +130,10 @@ def run_mtkit(
 
 
 def start_mtkit(args: list, cwd: Path, **popen: object) -> subprocess.Popen:
-    """Start `mtkit ARGS` in `cwd` without waiting (stdin: nothing, unless `popen` says),
-    for tests that signal, kill or talk to it."""
-    popen = {"stdin": subprocess.DEVNULL, **popen}
-    return subprocess.Popen([str(MTKIT), *map(str, args)], cwd=cwd, env=CLI_ENV, **popen)
+    """Start `mtkit ARGS` in `cwd` without waiting (stdin: nothing and env CLI_ENV, unless
+    `popen` says), for tests that signal, kill or talk to it."""
+    popen = {"stdin": subprocess.DEVNULL, "env": CLI_ENV, **popen}
+    return subprocess.Popen([str(MTKIT), *map(str, args)], cwd=cwd, **popen)
 
 
 @pytest.fixture(scope="session")

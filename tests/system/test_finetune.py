@@ -89,7 +89,8 @@ def test_bad_init_from(parent, tmp_path, mtkit_cli, expect_error):
     text.write_text("not a model\n")
     train = ["train", "tiny.yaml", "--set"]
     cases = [
-        ([f"train.init_from={tmp_path / 'missing.pt'}"], "train.init_from:", "model file not found"),
+        ([f"train.init_from={tmp_path / 'missing.pt'}"], "train.init_from:",
+         "model file not found"),
         ([f"train.init_from={text}"], "train.init_from:", "not an mtkit checkpoint"),
         ([f"train.init_from={parent / 'runs' / 'tiny' / 'model.pt'}", "--set",
           "model.d_model=32"], "has another architecture: model.d_model 32 (parent 64)",

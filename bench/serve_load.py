@@ -1,0 +1,194 @@
+"""Benchmark: `mtkit serve` under N concurrent clients, against offline `mtkit translate`.
+
+Makes L lines (Bible test verses cut to mixed lengths), translates them offline with
+`mtkit translate` (its own summary gives lines/s without the model load) and keeps that
+output as the expected answers. Then, for each server mode, starts `mtkit serve` on a
+free loopback port and lets N client threads (stdlib http.client, one keep-alive
+connection each) send one line per request to POST /translate, each line once, until
+all are done or the time bound passes. Every answer is compared with the offline line.
+
+Modes: `batched` (the server's defaults: a 5 ms window, --max-tokens 4096) and
+`unbatched` (--batch-window-ms 0 --max-tokens 1: one request's line at a time, the same
+clients). Records lines/s, p50/p99 latency, mean lines per engine batch (from /metrics),
+and lines/s relative to offline; also the lines/s of the Translator in this process on
+batches of N lines in arrival order, the best a server can do whose steps hold one line
+of each of N clients. Loopback only; bounded in requests and in time.
+
+    python bench/serve_load.py [--model runs/demo/model.pt] [--clients 64] [--lines 1000]
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BIBLE, decoding_parser, record  # noqa: E402
+
+MTKIT = Path(sys.executable).with_name("mtkit")
+MODES = {"batched": [], "unbatched": ["--batch-window-ms", "0", "--max-tokens", "1"]}
+
+
+def make_lines(n: int) -> list[str]:
+    rng = random.Random(0)
+    verses = (BIBLE / "test.es").read_text(encoding="utf-8").splitlines()
+    lines = []
+    while len(lines) < n:
+        words = rng.choice(verses).split()
+        if words:
+            lines.append(" ".join(words[: rng.randint(1, len(words))]))
+    return lines
+
+
+def offline(model: Path, lines: list[str], threads: int, extra: list[str]
+            ) -> tuple[list[str], float]:
+    """(translate's output lines, its lines/s as its summary line reports it)."""
+    done = subprocess.run([str(MTKIT), "translate", "-m", str(model), "--threads", str(threads),
+                           *extra],
+                          input="".join(line + "\n" for line in lines).encode(),
+                          capture_output=True, check=True)
+    summary = re.search(r"translated (\d+) sentences, \d+ tokens in [\d.]+s \(([\d.]+) "
+                        r"sentences/s\)", done.stderr.decode())
+    assert summary and int(summary[1]) == len(lines), done.stderr.decode()
+    return done.stdout.decode().split("\n")[:-1], float(summary[2])
+
+
+def in_process(model: Path, lines: list[str], threads: int, batch: int,
+               beam: int | None) -> float:
+    """lines/s of Translator.search on `batch` lines at a time, in arrival order: what a
+    server whose every step holds one line of each of `batch` clients can reach at best,
+    with no HTTP at all (offline sorts a whole buffer by length first)."""
+    from mtkit.translate import Translator
+
+    translator = Translator.load(model, device="cpu", threads=threads, beam=beam)
+    translator.search(lines[:batch])  # warm-up
+    start = time.perf_counter()
+    for first in range(0, len(lines), batch):
+        translator.search(lines[first : first + batch])
+    return round(len(lines) / (time.perf_counter() - start), 1)
+
+
+def start_server(model: Path, threads: int, extra: list[str]) -> tuple[subprocess.Popen, int]:
+    server = subprocess.Popen(
+        [str(MTKIT), "serve", "-m", str(model), "--port", "0", "--threads", str(threads),
+         *extra], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in server.stderr:
+        if match := re.search(r"on http://127\.0\.0\.1:(\d+) ", line):
+            threading.Thread(target=server.stderr.read, daemon=True).start()  # keep draining
+            return server, int(match[1])
+    raise SystemExit(f"mtkit serve did not start (exit {server.wait()})")
+
+
+def batch_totals(port: int) -> tuple[float, float]:
+    """(engine batches, lines in them) so far, from /metrics."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection.request("GET", "/metrics")
+    text = connection.getresponse().read().decode()
+    connection.close()
+    found = dict(re.findall(r"^mtkit_serve_batch_lines_(count|sum) (\S+)$", text, re.M))
+    return float(found["count"]), float(found["sum"])
+
+
+def load(port: int, lines: list[str], expected: list[str], clients: int,
+         seconds: float) -> dict:
+    """Every line once, from `clients` threads, until done or `seconds` have passed."""
+    next_line, lock = iter(range(len(lines))), threading.Lock()
+    latencies: list[float] = []
+    problems: list[str] = []
+    deadline = time.monotonic() + seconds
+
+    def client() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        while time.monotonic() < deadline:
+            with lock:
+                index = next(next_line, None)
+            if index is None:
+                break
+            body = json.dumps({"q": lines[index], "source": "auto", "target": "en"})
+            start = time.perf_counter()
+            try:
+                connection.request("POST", "/translate", body=body,
+                                   headers={"Content-Type": "application/json"})
+                response = connection.getresponse()
+                status, answer = response.status, json.loads(response.read())
+            except (OSError, http.client.HTTPException) as exc:  # counted, not fatal
+                connection.close()
+                status, answer = 0, {"error": f"{type(exc).__name__}: {exc}"}
+            took = time.perf_counter() - start
+            with lock:
+                latencies.append(took)
+                if status != 200 or answer["translatedText"] != expected[index]:
+                    problems.append(f"line {index}: {status} {answer}")
+        connection.close()
+
+    batches_before, lines_before = batch_totals(port)
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    batches, batched_lines = (after - before for after, before in
+                              zip(batch_totals(port), (batches_before, lines_before)))
+    latencies.sort()
+    return {
+        "lines_done": len(latencies), "seconds": round(wall, 2),
+        "lines_per_s": round(len(latencies) / wall, 1),
+        "p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
+        "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 1),
+        "mean_batch_lines": round(batched_lines / max(batches, 1), 2),
+        "mismatches": len(problems), "first_mismatches": problems[:3],
+    }
+
+
+def main() -> None:
+    parser = decoding_parser(__doc__)
+    parser.set_defaults(model=Path("runs/demo/model.pt"))
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--lines", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=120, help="time bound per mode")
+    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES))
+    parser.add_argument("--beam", type=int, default=None, help="[default: the recipe's]")
+    parser.add_argument("--server-args", default="", help="more `mtkit serve` options, "
+                        "e.g. '--batch-window-ms 10' (after each mode's own)")
+    args = parser.parse_args()
+    if not args.model.is_file():
+        raise SystemExit(f"{args.model}: no model; run `make demo` first, or give --model")
+    lines = make_lines(args.lines)
+    beam = ["--beam", str(args.beam)] if args.beam else []
+    expected, offline_rate = offline(args.model, lines, args.threads, beam)
+    common = {"model": str(args.model), "clients": args.clients, "lines": args.lines,
+              "threads": args.threads, "beam": args.beam, "server_args": args.server_args,
+              "offline_lines_per_s": offline_rate,
+              "in_process_batches_lines_per_s": in_process(args.model, lines, args.threads,
+                                                           args.clients, args.beam)}
+    failed = False
+    for mode in args.modes:
+        server, port = start_server(args.model, args.threads,
+                                    [*MODES[mode], *beam, *shlex.split(args.server_args)])
+        try:
+            load(port, lines[:50], expected[:50], 8, 60)  # warm-up: first batches are slow
+            found = load(port, lines, expected, args.clients, args.seconds)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            exit_code = server.wait(60)
+        found["vs_offline"] = round(found["lines_per_s"] / offline_rate, 2)
+        record("serve_load", {"mode": mode, **common, **found, "server_exit": exit_code},
+               "bench/serve_load.py")
+        failed |= bool(found["mismatches"]) or exit_code != 0
+    if failed:
+        raise SystemExit("some answers differed from mtkit translate's, or a server failed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Batching across requests: the lines of concurrent requests decoded together.
+
+Each request becomes a `Job` (its lines, their source lengths, and the decode settings it
+asked for), submitted from any thread. One thread, the one that owns the model, calls
+`run()`: it waits for work, lets a short collection window pass (so that jobs arriving
+together share a batch), then takes a *step*: waiting jobs with the oldest job's
+settings, oldest first, while their lines fit one padded batch of `max_tokens` source
+tokens (always at least one job, however large). The step's lines go to the decode
+function in one call and the results are routed back to each job's future, in its own
+line order. Jobs with other settings wait for a later step, so a batch never mixes
+decode settings.
+
+The window is a quiet period: a step starts once no job has arrived for a window,
+counted from the end of the previous step too, since the clients whose answers that step
+just sent come back with their next request within milliseconds. Without that, under a
+steady load the next step would start with only the jobs that waited during this one,
+and the clients would split into two halves decoded in turn, each step half the batch it
+could be. `window=0, max_tokens=1` gives one job per step: the unbatched reference of
+bench/serve_load.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_WINDOWS = 10  # the longest a step waits for more jobs, in collection windows
+
+# the decode function: (settings, lines) -> one result per line, in order
+Decode = Callable[[Any, list[str]], Sequence[Any]]
+
+
+class QueueFull(Exception):
+    """More lines are waiting than the queue holds: the request is refused, not queued."""
+
+
+class BatcherClosed(Exception):
+    """The service is shutting down: no new work is taken."""
+
+
+@dataclass(eq=False)
+class Job:
+    settings: Hashable  # jobs are batched only with jobs of equal settings
+    lines: list[str]
+    lengths: list[int]  # padded source tokens per line (0 for a line the model skips)
+    arrived: float  # the batcher's clock when it was submitted
+    future: Future = field(default_factory=Future)
+
+    @property
+    def longest(self) -> int:
+        return max(self.lengths, default=0)
+
+
+def take_step(waiting: Sequence[Job], max_tokens: int) -> list[Job]:
+    """The jobs of the next step: those with the first job's settings, in order, while
+    (lines so far) x (longest line so far) stays within max_tokens; at least one job.
+
+    That product is the padded size of the batch they make, so a step that fits is one
+    engine batch: later jobs do not wait behind a queue-long decode."""
+    if not waiting:
+        return []
+    first = waiting[0]
+    step, lines, longest = [first], len(first.lines), first.longest
+    for job in waiting[1:]:
+        if job.settings != first.settings:
+            continue
+        grown_lines, grown_longest = lines + len(job.lines), max(longest, job.longest)
+        if grown_lines * grown_longest > max_tokens:
+            break  # FIFO: a later, smaller job does not overtake this one
+        step.append(job)
+        lines, longest = grown_lines, grown_longest
+    return step
+
+
+def fits_one_batch(jobs: Sequence[Job], max_tokens: int) -> bool:
+    """True when the jobs with the first one's settings already fill a batch (the
+    collection window need not run out then)."""
+    if not jobs:
+        return False
+    same = [job for job in jobs if job.settings == jobs[0].settings]
+    lines = sum(len(job.lines) for job in same)
+    longest = max(job.longest for job in same)
+    return lines * max(longest, 1) >= max_tokens
+
+
+class Batcher:
+    """Jobs in from any thread (`submit`), decoded in steps by the thread in `run()`."""
+
+    def __init__(self, decode: Decode, *, window: float, max_tokens: int,
+                 max_queue_lines: int, clock: Callable[[], float] = time.monotonic):
+        self._decode = decode
+        self.window = window  # seconds
+        self.max_tokens = max_tokens
+        self.max_queue_lines = max_queue_lines
+        self._clock = clock
+        self._waiting: list[Job] = []
+        self._queued_lines = 0
+        self._free_since = -float("inf")  # when the last step ended
+        self._closed = False
+        self._changed = threading.Condition()
+
+    @property
+    def queued_lines(self) -> int:
+        """Lines submitted and not yet taken into a step."""
+        with self._changed:
+            return self._queued_lines
+
+    def submit(self, settings: Hashable, lines: list[str], lengths: list[int]) -> Future:
+        """Queue one request's lines; the future gets one result per line, in order.
+        QueueFull when the lines do not fit, BatcherClosed after close()."""
+        if len(lines) != len(lengths):
+            raise ValueError("one length per line")
+        job = Job(settings, list(lines), list(lengths), self._clock())
+        job.future.add_done_callback(self._forget_if_cancelled)
+        with self._changed:
+            if self._closed:
+                raise BatcherClosed("the service is shutting down")
+            if self._queued_lines + len(lines) > self.max_queue_lines:
+                raise QueueFull(f"{self._queued_lines} lines are waiting, the queue holds "
+                                f"{self.max_queue_lines}")
+            self._waiting.append(job)
+            self._queued_lines += len(lines)
+            self._changed.notify_all()
+        return job.future
+
+    def close(self) -> None:
+        """Take no new jobs; `run()` returns once the waiting ones are decoded."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def run(self) -> None:
+        """Decode steps until closed and drained (in the thread that owns the model)."""
+        while (step := self._next_step()) is not None:
+            # a job cancelled between submit and now is dropped; the rest cannot be
+            # cancelled any more, so their results always have a future to go to
+            live = [job for job in step if job.future.set_running_or_notify_cancel()]
+            if live:
+                self._decode_step(live)
+                with self._changed:
+                    self._free_since = self._clock()
+
+    # ------------------------------------------------------------------- the worker
+
+    def _forget_if_cancelled(self, future: Future) -> None:
+        """A job cancelled while waiting (its client went away) leaves the queue at once."""
+        if not future.cancelled():
+            return
+        with self._changed:
+            for job in self._waiting:
+                if job.future is future:
+                    self._waiting.remove(job)
+                    self._queued_lines -= len(job.lines)
+                    return
+
+    def _due(self) -> float:
+        """When the next step starts: once no job has arrived for a window, counted from
+        the end of the last step too; but no later than MAX_WINDOWS windows after the
+        oldest job (or that end), however steadily jobs keep coming."""
+        start = max(self._waiting[0].arrived, self._free_since)
+        quiet = max(self._waiting[-1].arrived, self._free_since)
+        return min(quiet + self.window, start + MAX_WINDOWS * self.window)
+
+    def _next_step(self) -> list[Job] | None:
+        """Block until a step is due; None once closed and drained."""
+        with self._changed:
+            while True:
+                if not self._waiting:
+                    if self._closed:
+                        return None
+                    self._changed.wait()
+                    continue
+                due = self._due()
+                now = self._clock()
+                if now < due and not self._closed and not fits_one_batch(self._waiting,
+                                                                         self.max_tokens):
+                    self._changed.wait(due - now)
+                    continue
+                step = take_step(self._waiting, self.max_tokens)
+                for job in step:
+                    self._waiting.remove(job)
+                    self._queued_lines -= len(job.lines)
+                return step
+
+    def _decode_step(self, jobs: list[Job]) -> None:
+        lines = [line for job in jobs for line in job.lines]
+        try:
+            results = list(self._decode(jobs[0].settings, lines))
+            if len(results) != len(lines):
+                raise RuntimeError(f"decode gave {len(results)} results for {len(lines)} lines")
+        except Exception as exc:  # noqa: BLE001 - every waiting request gets the error
+            for job in jobs:
+                job.future.set_exception(exc)
+            return
+        start = 0
+        for job in jobs:
+            job.future.set_result(results[start : start + len(job.lines)])
+            start += len(job.lines)

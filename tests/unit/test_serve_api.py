@@ -1,0 +1,218 @@
+"""Request checking and answer shaping of `mtkit serve` (mtkit/serve_api.py), pure: every
+bad body gets its status and a one-line message; good bodies become typed requests; the
+answers have LibreTranslate's and the native shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mtkit.config import DecodeConfig, Langs
+from mtkit.serve_api import (
+    Limits,
+    RequestError,
+    Translation,
+    check_api_key,
+    libre_answer,
+    libre_request,
+    libre_settings,
+    native_answer,
+    native_request,
+    native_settings,
+    parse_json,
+    split_lines,
+)
+
+LANGS = Langs("es", "en")
+LIMITS = Limits(max_body_bytes=1000, max_lines=4, max_chars=20, max_queue=10, max_beam=8)
+BASE = DecodeConfig(beam=2, lenpen=1.0)
+
+
+def error(call, *args) -> RequestError:
+    with pytest.raises(RequestError) as caught:
+        call(*args)
+    assert "\n" not in caught.value.message
+    return caught.value
+
+
+def libre(**body):
+    return libre_request({"source": "es", "target": "en", **body}, LANGS, LIMITS)
+
+
+# --------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("body, needle", [
+    (b"{", "invalid JSON: Expecting property name"),
+    (b"", "invalid JSON: Expecting value at line 1 column 1"),
+    (b'{"q": "a",}', "invalid JSON"),
+    (b"\xff\xfe{}", "not UTF-8"),
+    (b"\xc3", "not UTF-8"),
+    (b"NaN?", "invalid JSON"),
+    (b'{"lenpen": NaN}', "invalid JSON: NaN is not a JSON number"),
+    (b'{"lenpen": -Infinity}', "-Infinity is not a JSON number"),
+    (b"[" * 100_000 + b"]" * 100_000, "invalid JSON: nested too deeply"),
+])
+def test_invalid_json_is_400(body, needle):
+    found = error(parse_json, body)
+    assert found.status == 400 and needle in found.message, found.message
+
+
+def test_json_bodies():
+    assert parse_json(b'{"q": "\\u00e1", "n": 1e400}') == {"q": "\u00e1", "n": float("inf")}
+    assert parse_json("\ufeff[1]".encode()) == [1]  # a UTF-8 byte order mark is harmless
+
+
+@pytest.mark.parametrize("payload, status, needle", [
+    ([], 422, "the body must be a JSON object, got a list"),
+    ("q", 422, "got a string"),
+    ({"source": "es", "target": "en"}, 422, "q: required"),
+    ({"q": 5, "source": "es", "target": "en"}, 422, "q: expected a list of strings, got a number"),
+    ({"q": ["a", None], "source": "es", "target": "en"}, 422, "q[1]: expected a string, got null"),
+    ({"q": "a", "target": "en"}, 422, "source: required"),
+    ({"q": "a", "source": "es"}, 422, "target: required"),
+    ({"q": "a", "source": 1, "target": "en"}, 422, "source: expected a string"),
+    ({"q": "a", "source": "fr", "target": "en"}, 400, "fr -> en is not supported: this "
+                                                      "server translates es -> en"),
+    ({"q": "a", "source": "es", "target": "de"}, 400, "es -> de is not supported"),
+    ({"q": "a", "source": "es", "target": "en", "format": "html"}, 400,
+     "format html: only text is supported"),
+    ({"q": "a", "source": "es", "target": "en", "alternatives": "2"}, 422,
+     "alternatives: expected an integer, got a string"),
+    ({"q": "a", "source": "es", "target": "en", "alternatives": True}, 422,
+     "got a boolean"),
+    ({"q": "a", "source": "es", "target": "en", "alternatives": 8}, 422,
+     "alternatives 8: expected between 0 and 7"),
+    ({"q": "a", "source": "es", "target": "en", "alternatives": -1}, 422, "alternatives -1"),
+    ({"q": "a\nb\nc\nd\ne", "source": "es", "target": "en"}, 413,
+     "5 lines: a request may have at most 4"),
+    ({"q": ["a\nb", "c\nd", "e"], "source": "es", "target": "en"}, 413, "5 lines"),
+    ({"q": ["short", "x" * 21], "source": "es", "target": "en"}, 413,
+     "line 2 has 21 characters: a line may have at most 20"),
+])
+def test_bad_libretranslate_bodies(payload, status, needle):
+    found = error(libre_request, payload, LANGS, LIMITS)
+    assert (found.status, needle in found.message) == (status, True), found.message
+
+
+@pytest.mark.parametrize("payload, status, needle", [
+    ({"q": "a"}, 422, "unknown field 'q'; known: text, beam"),
+    ({"text": ["a"], "nbets": 2}, 422, "unknown field 'nbets'; did you mean 'nbest'?"),
+    ({}, 422, "text: required"),
+    ({"text": "a"}, 422, "text: expected a list of strings, got a string"),
+    ({"text": [1]}, 422, "text[0]: expected a string, got a number"),
+    ({"text": ["a", "b\nc"]}, 422, "text[1]: holds a line break"),
+    ({"text": ["a"] * 5}, 413, "5 lines"),
+    ({"text": ["x" * 21]}, 413, "line 1 has 21 characters"),
+    ({"text": ["a"], "scores": "yes"}, 422, "scores: expected true or false, got a string"),
+])
+def test_bad_native_bodies(payload, status, needle):
+    found = error(native_request, payload, LIMITS)
+    assert (found.status, needle in found.message) == (status, True), found.message
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"beam": 0}, "beam 0: 0 is out of range; expected between 1 and 1000"),
+    ({"beam": "wide"}, "beam wide: expected an integer"),
+    ({"beam": True}, "expected an integer"),
+    ({"beam": 2.5}, "expected an integer"),
+    ({"lenpen": "1"}, "lenpen 1: expected a number"),
+    ({"lenpen": -1}, "lenpen -1: -1.0 is out of range"),
+    ({"nbest": 3}, "nbest (3) must not exceed beam (2)"),
+    ({"beam": 9}, "beam 9: this server allows at most 8"),
+])
+def test_bad_decode_settings_are_422_naming_the_field(changes, needle):
+    request = native_request({"text": ["a"], **changes}, LIMITS)
+    found = error(native_settings, BASE, request, LIMITS)
+    assert found.status == 422 and needle in found.message, found.message
+
+
+def test_decode_settings_a_request_may_change():
+    request = native_request({"text": ["a"], "beam": 4, "lenpen": 0.6, "nbest": 3}, LIMITS)
+    settings = native_settings(BASE, request, LIMITS)
+    assert (settings.beam, settings.lenpen, settings.nbest) == (4, 0.6, 3)
+    assert settings.max_len_a == BASE.max_len_a  # the rest stays the server's
+    assert native_settings(BASE, native_request({"text": []}, LIMITS), LIMITS) == BASE
+    wide = DecodeConfig(beam=12)  # a server started wider than --max-beam keeps its beam
+    assert libre_settings(wide, libre(q="a", alternatives=2), LIMITS).beam == 12
+
+
+# --------------------------------------------------------------------------- API key
+
+@pytest.mark.parametrize("payload, header, ok", [
+    ({"api_key": "s3cret"}, None, True),
+    ({}, "Bearer s3cret", True),
+    ({}, "bearer s3cret", True),
+    ({"api_key": "wrong"}, "Bearer s3cret", True),
+    ({}, None, False),
+    ({"api_key": "wrong"}, None, False),
+    ({}, "Bearer wrong", False),
+    ({}, "Basic s3cret", False),
+    ({"api_key": 5}, None, False),
+    ([], None, False),
+])
+def test_api_key(payload, header, ok):
+    if ok:
+        check_api_key("s3cret", payload, header)
+    else:
+        found = error(check_api_key, "s3cret", payload, header)
+        assert found.status == 401 and "Authorization: Bearer KEY" in found.message
+    check_api_key(None, payload, header)  # no key set: anything goes
+
+
+# --------------------------------------------------------------------------- good input
+
+
+def test_libretranslate_text_is_split_into_lines_as_translate_reads_them():
+    assert split_lines("a\r\nb\n\nc\r") == ["a", "b", "", "c\r"[:-1]]
+    request = libre(q=["uno\r\ndos", "tres", ""])
+    assert request.lines == ("uno", "dos", "tres", "")
+    assert request.line_counts == (2, 1, 1)
+    assert not request.single
+    assert libre(q="uno").single
+    assert libre(q="uno", source="auto").lines == ("uno",)
+    assert libre(q=[]).lines == ()
+
+
+def line(*texts: str) -> Translation:
+    return Translation(texts, tuple(-0.5 * i for i in range(len(texts))), 3)
+
+
+def test_libretranslate_answers():
+    request = libre(q="uno\ndos")
+    assert libre_answer(request, [line("one"), line("two")]) == {"translatedText": "one\ntwo"}
+    request = libre(q=["uno", "dos", ""])
+    assert libre_answer(request, [line("one"), line("two"), line("")]) == {
+        "translatedText": ["one", "two", ""]}
+
+
+def test_libretranslate_alternatives():
+    request = libre(q="uno", alternatives=2)
+    settings = libre_settings(BASE, request, LIMITS)
+    assert (settings.beam, settings.nbest) == (3, 3)  # the 3 best of a beam of 3
+    assert libre_answer(request, [line("one", "a one", "the one")]) == {
+        "translatedText": "one", "alternatives": ["a one", "the one"]}
+    # a beam can spell one text twice: alternatives are distinct, and not the translation
+    assert libre_answer(request, [line("one", "one", "uno")])["alternatives"] == ["uno"]
+    request = libre(q=["uno\ndos", "tres"], alternatives=1)
+    answer = libre_answer(request, [line("one", "1"), line("two", "2"), line("three", "3")])
+    assert answer == {"translatedText": ["one\ntwo", "three"],
+                      "alternatives": [["1\n2"], ["3"]]}
+    # an empty line has one hypothesis: it stays empty in every alternative
+    request = libre(q="uno\n", alternatives=1)
+    assert libre_answer(request, [line("one", "1"), line("")])["alternatives"] == ["1\n"]
+
+
+def test_native_answers():
+    results = [line("one", "a one"), line("")]
+    settings = DecodeConfig(beam=2, nbest=2)
+    answer = native_answer(settings, results, scores=True, truncated=1)
+    assert answer == {
+        "translations": [
+            {"text": "one", "hypotheses": [{"text": "one", "score": 0.0},
+                                           {"text": "a one", "score": -0.5}]},
+            {"text": "", "hypotheses": [{"text": "", "score": 0.0}]}],
+        "beam": 2, "lenpen": 1.0, "nbest": 2, "truncated": 1}
+    plain = native_answer(settings, results, scores=False, truncated=0)
+    assert plain["translations"][0]["hypotheses"] == [{"text": "one"}, {"text": "a one"}]
+    json.dumps(answer)  # JSON-ready as it is

@@ -1,0 +1,46 @@
+"""`mtkit serve`'s refusals before any model is loaded, in process: the missing extra and
+options out of range, each one line on stderr and exit 2."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from mtkit.errors import ConfigError
+from mtkit.serve import web_server
+
+
+@pytest.fixture
+def without_fastapi(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if the extra were not installed: importing fastapi fails."""
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # `import fastapi` -> ImportError
+
+
+def test_the_missing_extra_is_named_with_its_install_command(without_fastapi):
+    with pytest.raises(ConfigError, match=r"pip install 'mtkit\[serve\]'"):
+        web_server()
+
+
+def test_the_command_without_the_extra_is_one_line_and_exit_2(
+        without_fastapi, mtkit_inprocess, expect_error, tmp_path):
+    result = mtkit_inprocess(["serve", "-m", "model.pt"], tmp_path)
+    expect_error(result, "mtkit serve needs FastAPI and uvicorn",
+                 "pip install 'mtkit[serve]'")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--port", "70000"], "--port 70000: out of range; expected between 0 and 65535"),
+    (["--batch-window-ms", "-1"], "--batch-window-ms -1.0: out of range"),
+    (["--max-lines", "0"], "--max-lines 0: out of range; expected at least 1"),
+    (["--max-chars", "0"], "--max-chars 0"),
+    (["--max-body-bytes", "0"], "--max-body-bytes 0"),
+    (["--max-beam", "0"], "--max-beam 0"),
+    (["--max-tokens", "0"], "--max-tokens 0"),
+    (["--max-lines", "100", "--max-queue", "10"],
+     "--max-lines 100 exceeds --max-queue 10: such a request could never be queued"),
+    (["--api-key", " "], "--api-key: empty"),
+])
+def test_options_out_of_range(args, needle, mtkit_inprocess, expect_error, tmp_path):
+    result = mtkit_inprocess(["serve", "-m", "model.pt", *args], tmp_path)
+    expect_error(result, needle)
