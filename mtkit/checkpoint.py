@@ -96,6 +96,7 @@ class TrainState:
     optimizer: dict[str, Any]  # torch's optimizer state_dict, in torch's own format
     progress: Progress
     rng: dict[str, Any]  # generator states: python, torch (and cuda)
+    ema: dict[str, torch.Tensor] | None = None  # train.ema's averaged parameters
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,8 @@ class Bundle:
             raw["train_state"] = {"optimizer": state.optimizer,
                                   "progress": dataclasses.asdict(state.progress),
                                   "rng": state.rng}
+            if state.ema is not None:
+                raw["train_state"]["ema"] = state.ema
         if self.trained is not None:
             raw["trained"] = dataclasses.asdict(self.trained)
         if self.averaged_from:
@@ -176,7 +179,8 @@ class Bundle:
                 spm_tgt=raw["spm_tgt"],
                 data_fingerprints=dict(raw.get("data_fingerprints", {})),
                 train_state=None if state is None else TrainState(
-                    state["optimizer"], Progress.from_dict(state["progress"]), state["rng"]),
+                    state["optimizer"], Progress.from_dict(state["progress"]), state["rng"],
+                    state.get("ema")),
                 trained=Trained(**raw["trained"]) if "trained" in raw else None,
                 averaged_from=list(raw.get("averaged_from", [])),
                 parent=Parent(**raw["parent"]) if "parent" in raw else None,

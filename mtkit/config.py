@@ -186,6 +186,9 @@ class TrainConfig:
     # a model bundle to start from (fine-tuning): its weights and SentencePiece model, with
     # a fresh optimiser and schedule; the model section must match the parent's
     init_from: Path | None = None
+    # decay of an exponential moving average of the weights (e.g. 0.999), validated and
+    # saved as checkpoint_ema.pt, a candidate for model.pt; 0 = off
+    ema: float = field(default=0.0, metadata=between(0.0, 0.999999))
 
     # keys of earlier versions, which models on disk still carry in their recipe:
     # old key -> (today's key, converter of the old value)

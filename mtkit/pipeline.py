@@ -296,9 +296,9 @@ def _record_recipe(recipe: Recipe, paths: RunPaths) -> None:
 
 def average_stage(run: PipelineRun) -> None:
     """model.pt: the average that `train.average` names (the last K step checkpoints or
-    the K best by dev score) or the best single checkpoint, whichever translates the dev
-    set better (early in training an average that reaches back to weaker checkpoints can
-    lose to the newest one)."""
+    the K best by dev score), the weights' moving average (`train.ema`) or the best single
+    checkpoint, whichever translates the dev set best (early in training an average that
+    reaches back to weaker checkpoints can lose to the newest one)."""
     if not dist.is_main():
         return  # one process averages
     recipe, paths = run.recipe, run.paths
@@ -308,30 +308,36 @@ def average_stage(run: PipelineRun) -> None:
         "last": paths.step_checkpoints()[-average.k:] if average.k else [],
         "best": paths.top_checkpoints(),  # training kept exactly the K best
     }.get(average.kind, [])
+    ema = paths.ema if recipe.train.ema and paths.ema.is_file() else None
     run.model = paths.model
-    stamp = {"sources": [[p.name, file_fingerprint(p)] for p in [*sources, best]]}
+    stamp = {"sources": [[p.name, file_fingerprint(p)]
+                         for p in [*sources, *([ema] if ema else []), best]]}
     old = read_json(paths.model_stamp)
     if paths.model.is_file() and old is not None and old.get("sources") == stamp["sources"]:
         _skip("average", "model.pt is up to date with its checkpoints")
         run.chosen = old.get("chosen", "")
         return
-    best_bundle = load_checkpoint(best).without_train_state()
-    chosen, bundle = best.name, best_bundle
+    # the candidates, in the order that wins a tie: the average, the EMA, the best
+    candidates: dict[str, Bundle] = {}
     if len(sources) > 1:
-        _run("average", f"averaging {len(sources)} checkpoints, comparing with {best.name}")
-        averaged = average_checkpoints(sources)
-        chosen, bundle = "average", averaged
+        candidates["average"] = average_checkpoints(sources)
+    if ema is not None:
+        candidates["ema"] = load_checkpoint(ema)
+    candidates[best.name] = load_checkpoint(best).without_train_state()
+    chosen = next(iter(candidates))
+    if len(candidates) == 1:
+        _run("average", f"model.pt is {best.name}")
+    else:
+        averaged = f" (the average of {average.kind} {len(sources)})" if len(sources) > 1 else ""
+        _run("average", f"choosing model.pt among {', '.join(candidates)}{averaged}")
         if recipe.data.valid is not None:
             dev = run.dev()
-            scores = {"average": _bundle_bleu(run, averaged, dev),
-                      best.name: _bundle_bleu(run, best_bundle, dev)}
+            scores = {name: _bundle_bleu(run, bundle, dev) for name, bundle in candidates.items()}
             stamp["dev_bleu"] = scores
-            log.info("[average] dev BLEU: average of %s %d %.2f | %s %.2f", average.kind,
-                     len(sources), scores["average"], best.name, scores[best.name])
-            if scores["average"] < scores[best.name]:
-                chosen, bundle = best.name, best_bundle
-    else:
-        _run("average", f"model.pt is {best.name}")
+            log.info("[average] dev BLEU: %s",
+                     " | ".join(f"{name} {score:.2f}" for name, score in scores.items()))
+            chosen = max(scores, key=lambda name: scores[name])  # the first of equals
+    bundle = candidates[chosen]
     log.info("[average] model.pt is %s", "the average" if chosen == "average" else chosen)
     stamp["chosen"] = run.chosen = chosen
     paths.model_stamp.unlink(missing_ok=True)

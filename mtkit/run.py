@@ -57,6 +57,10 @@ class RunPaths:
     def best(self) -> Path:
         return self.checkpoints / "checkpoint_best.pt"
 
+    @property
+    def ema(self) -> Path:
+        return self.checkpoints / "checkpoint_ema.pt"
+
     def step(self, step: int) -> Path:
         return self.checkpoints / f"checkpoint_{step}.pt"
 
@@ -121,8 +125,8 @@ class RunPaths:
 
     def clear_training(self) -> None:
         """--restart: forget the training state (the tokenizer and data stay)."""
-        for path in [self.last, self.best, *self.step_checkpoints(), *self.top_checkpoints(),
-                     self.metrics]:
+        for path in [self.last, self.best, self.ema, *self.step_checkpoints(),
+                     *self.top_checkpoints(), self.metrics]:
             path.unlink(missing_ok=True)
         shutil.rmtree(self.tensorboard, ignore_errors=True)
 

@@ -33,6 +33,7 @@ from .checkpoint import (
 )
 from .config import Recipe, TrainConfig
 from .dataset import ParallelData
+from .ema import WeightEMA
 from .errors import ConfigError, Interrupted, TrainingDiverged
 from .evaluation import Validator
 from .loss import label_smoothed_nll
@@ -105,6 +106,7 @@ class Trainer:
         self.progress = Progress()
         self.bad_steps = 0
         self.parent: Parent | None = None  # the model train.init_from started the run from
+        self.ema = WeightEMA(self.model, self.cfg.ema) if self.cfg.ema else None
 
     def _wrap(self, model: Transformer) -> torch.nn.Module:
         """What the update calls (DDP, compiled); self.model stays the plain module that
@@ -130,6 +132,11 @@ class Trainer:
             return False  # a model file put there by hand: nothing to resume
         self.model.load_state_dict(bundle.weights)
         self.parent = bundle.parent
+        if self.ema is not None:
+            if state.ema is not None:
+                self.ema.load_state_dict(state.ema)
+            else:  # train.ema switched on in a running run: the average starts here
+                self.ema = WeightEMA(self.model, self.cfg.ema)
         self.optimizer.load_state_dict(state.optimizer)
         self.progress = state.progress
         self.progress.finished = ""
@@ -155,13 +162,16 @@ class Trainer:
         the schedule stay fresh."""
         self.model.load_state_dict(parent.weights)
         self.parent = lineage
+        if self.ema is not None:
+            self.ema = WeightEMA(self.model, self.cfg.ema)
         log.info("starting from the weights of %s (train.init_from)", lineage.path)
 
     def _bundle(self, with_train_state: bool) -> Bundle:
         train_state = None
         if with_train_state:
             self.progress.sampler = self.sampler.state_dict()
-            train_state = TrainState(self.optimizer.state_dict(), self.progress, rng_states())
+            train_state = TrainState(self.optimizer.state_dict(), self.progress, rng_states(),
+                                     None if self.ema is None else self.ema.state_dict())
         return Bundle(
             weights={k: v.detach().cpu() for k, v in self.model.state_dict().items()},
             recipe=self.recipe,
@@ -182,6 +192,9 @@ class Trainer:
             save_checkpoint(self.paths.step(self.progress.step), bundle.without_train_state())
             for old in self.paths.step_checkpoints()[: -self.cfg.keep_last]:
                 old.unlink(missing_ok=True)
+        if self.ema is not None:  # the averaged weights, a candidate for model.pt
+            with self.ema.swapped_in(self.model):
+                save_checkpoint(self.paths.ema, self._bundle(with_train_state=False))
         save_checkpoint(self.paths.last, bundle)
 
     # ------------------------------------------------------------------ the loop
@@ -335,6 +348,8 @@ class Trainer:
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         self.optimizer.step()
+        if self.ema is not None:
+            self.ema.update(self.model)
         self.progress.step += 1
         self.progress.tgt_tokens += global_tokens
         meter.add(loss_sum, nll_sum, global_tokens, grad_norm, lr)
@@ -391,12 +406,19 @@ class Trainer:
             self._save_model(self.paths.best)
         if self.cfg.average.kind == "best":
             self._keep_if_among_best(score)
-        self.metrics.write({**result.record(), "event": "valid", "step": self.progress.step,
-                            "epoch": self.progress.epoch,
+        averaged = {}
+        if self.ema is not None and self.rank == 0:  # the average: recorded, not followed
+            with self.ema.swapped_in(self.model):
+                found = self.validator(self.model)
+            averaged = {"ema_loss": found.loss, "ema_bleu": found.bleu}
+        self.metrics.write({**result.record(), **averaged, "event": "valid",
+                            "step": self.progress.step, "epoch": self.progress.epoch,
                             "elapsed": round(self.progress.elapsed, 1), "best": improved})
         bleu = "" if result.bleu is None else f" | bleu {result.bleu:.2f}"
-        log.info("valid step %d | loss %.3f | nll %.3f | ppl %.2f%s%s", self.progress.step,
-                 result.loss, result.nll, result.ppl, bleu, " | best" if improved else "")
+        ema = "" if not averaged else f" | ema loss {averaged['ema_loss']:.3f}" + (
+            "" if found.bleu is None else f" bleu {found.bleu:.2f}")
+        log.info("valid step %d | loss %.3f | nll %.3f | ppl %.2f%s%s%s", self.progress.step,
+                 result.loss, result.nll, result.ppl, bleu, ema, " | best" if improved else "")
 
     def _save_model(self, path: Path) -> None:
         if self.rank == 0:

@@ -226,3 +226,28 @@ def test_a_time_budget_sets_the_horizon_once(tmp_path, caplog):
     assert "max_time" in progress.finished or "end of the linear schedule" in progress.finished
     rates = [r["lr"] for r in metrics_records(run, "train")]
     assert rates[2] == pytest.approx(0.003) and rates[-1] < rates[2]
+
+
+def test_the_weight_average_resumes_bit_identically_and_is_validated(tmp_path):
+    """train.ema: the average is part of the training state (a resumed run's equals an
+    uninterrupted one's), validated beside the weights, saved as checkpoint_ema.pt."""
+    path = bible_recipe(tmp_path, train={"max_steps": 12, "ema": 0.9, "valid_every": 6,
+                                         "save_every": 6}, model={"dropout": 0.3})
+    whole = load_recipe(path)
+    tokenizer, fingerprints = prepare(whole, tmp_path / "whole")
+    train(whole, tmp_path / "whole", tokenizer, tmp_path / "whole" / "data", fingerprints, "cpu")
+    run = tmp_path / "split"
+    tokenizer, fingerprints = prepare(whole, run)
+    train(load_recipe(path, ["train.max_steps=6"]), run, tokenizer, run / "data", fingerprints,
+          "cpu")
+    train(whole, run, tokenizer, run / "data", fingerprints, "cpu")
+    for name in ("checkpoint_ema.pt", "checkpoint_last.pt"):
+        a = weights(tmp_path / "whole" / "checkpoints" / name)
+        b = weights(run / "checkpoints" / name)
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+    averaged, last = (weights(run / "checkpoints" / n) for n in ("checkpoint_ema.pt",
+                                                                 "checkpoint_last.pt"))
+    assert not all(torch.equal(averaged[k], last[k]) for k in last)
+    records = metrics_records(run, "valid")
+    assert [r["step"] for r in records] == [6, 12]
+    assert all(r["ema_loss"] > 0 and "ema_bleu" in r for r in records)

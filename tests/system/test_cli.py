@@ -233,13 +233,32 @@ def test_pipeline_averages_the_best_k(tmp_path, mtkit_cli):
     assert all(torch.equal(averaged[k], reference[k]) for k in reference)
 
 
+def test_the_weight_average_is_a_candidate_for_model_pt(tmp_path, mtkit_cli):
+    bible_recipe(tmp_path, train={"ema": 0.9, "average": "last-2"})
+    done = mtkit_cli(["train", "tiny.yaml", "--until", "average"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "choosing model.pt among average, ema, checkpoint_best.pt (the average of last 2)" \
+        in done.stderr
+    run = tmp_path / "runs" / "tiny"
+    stamp = json.loads((run / "model.stamp.json").read_text())
+    assert [name for name, _ in stamp["sources"]] == [
+        "checkpoint_10.pt", "checkpoint_20.pt", "checkpoint_ema.pt", "checkpoint_best.pt"]
+    scores = stamp["dev_bleu"]
+    assert list(scores) == ["average", "ema", "checkpoint_best.pt"]
+    assert stamp["chosen"] == max(scores, key=scores.get)
+    if stamp["chosen"] == "ema":
+        model, ema = weights(run / "model.pt"), weights(run / "checkpoints" / "checkpoint_ema.pt")
+        assert all(torch.equal(model[k], ema[k]) for k in ema)
+
+
 # --------------------------------------------------------------------------- 2. help, version
 
 
 def test_help_lists_every_command(tmp_path, mtkit_cli):
     result = mtkit_cli(["--help"], cwd=tmp_path)
     assert result.returncode == 0
-    for command in ("spm-train", "binarize", "train", "average", "translate", "score"):
+    for command in ("spm-train", "binarize", "train", "average", "translate", "score", "serve",
+                    "export", "info", "plot"):
         assert re.search(rf"^\s+{command}\s", result.stdout, re.M), command
 
 
