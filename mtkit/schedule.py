@@ -8,7 +8,8 @@
                   the horizon, then straight down to train.min_lr at the horizon.
 
 The horizon is the update the schedule ends at: train.max_steps, or for a train.max_time
-budget an estimate made once from the measured speed (`estimate_horizon`), stored in the
+budget an estimate made once from the measured speed (`estimate_horizon`; the trainer
+makes it at the first validation after the warmup), stored in the
 checkpoint so that a resumed run follows the same curve. Past the horizon: min_lr.
 """
 

@@ -268,11 +268,14 @@ class Trainer:
         self._finish()
 
     def _estimate_horizon(self) -> None:
-        """A max_time budget's horizon, once, when the warmup is over: from the speed so
-        far (on every rank alike: the clock is rank 0's), stored with the progress."""
+        """A max_time budget's horizon, once the warmup is over: at its first validation
+        (so that validations weigh in the mean speed as they will to the end), from the
+        speed so far (on every rank alike: the clock is rank 0's), stored in the progress."""
         cfg, progress = self.cfg, self.progress
         if (cfg.schedule == "inverse-sqrt" or progress.horizon or not cfg.max_time
                 or progress.step < max(cfg.warmup_steps, 1)):
+            return
+        if self.validator is not None and progress.step % cfg.valid_every:
             return
         progress.horizon = estimate_horizon(progress.step, progress.elapsed, cfg.max_time)
         log.info("%s schedule: %d updates in the %gs budget at %.2fs an update so far; "
