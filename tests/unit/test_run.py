@@ -69,3 +69,15 @@ def test_tokens_per_update_sets_update_freq_for_the_world_size():
         updates_per_step(recipe, 16)  # fewer tokens than one batch per rank
     with pytest.raises(ConfigError, match="tokens_per_update"):
         updates_per_step(TrainConfig(max_tokens=500, tokens_per_update=1200), 2)
+
+
+def test_training_ends_at_the_schedule_horizon():
+    from mtkit.checkpoint import Progress
+    from mtkit.config import TrainConfig
+    from mtkit.run import stop_reason
+
+    cfg = TrainConfig(schedule="wsd", max_time=600.0, max_steps=0)
+    assert stop_reason(cfg, Progress(step=99, horizon=100, elapsed=10.0)) == ""
+    assert stop_reason(cfg, Progress(step=100, horizon=100, elapsed=10.0)) == (
+        "reached the end of the wsd schedule (100 updates)")
+    assert "max_time" in stop_reason(cfg, Progress(step=50, horizon=100, elapsed=600.0))
