@@ -9,6 +9,7 @@ and the pipeline have one code path.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from datetime import timedelta
@@ -132,4 +133,8 @@ def agree(main_clock: float, signum: int, device: torch.device) -> tuple[float, 
 
 def shutdown() -> None:
     if dist.is_initialized():
+        # DDP's reducer and gloo's finished work objects, kept alive by reference cycles,
+        # would otherwise be freed during interpreter shutdown, which can abort the
+        # process (once in CI: "terminate called without an active exception", SIGABRT)
+        gc.collect()
         dist.destroy_process_group()
