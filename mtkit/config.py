@@ -295,6 +295,11 @@ def recipe_from_dict(
     return _build(Recipe, raw, key="", ctx=_Context(where, base_dir))
 
 
+def changed_fields(old: Any, new: Any) -> list[str]:
+    """The fields in which two values of one recipe section differ, in field order."""
+    return [f.name for f in dataclasses.fields(new) if getattr(old, f.name) != getattr(new, f.name)]
+
+
 def replace_checked(
     section: Any,
     changes: dict[str, Any],

@@ -10,13 +10,12 @@ fingerprint (`checkpoint.Parent`).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
 from .atomic import atomic_write_bytes
 from .checkpoint import Bundle, Parent, load_checkpoint
-from .config import Recipe
+from .config import Recipe, changed_fields
 from .errors import CheckpointError, ConfigError
 from .textio import file_fingerprint
 from .tokenizer import Tokenizer, load_recipe_tokenizer, model_paths
@@ -36,9 +35,8 @@ def load_parent(recipe: Recipe) -> tuple[Bundle, Parent]:
         raise ConfigError(f"train.init_from: {exc}") from None
     old, new = bundle.recipe.model, recipe.model
     if old != new:
-        differ = ", ".join(f"model.{f.name} {getattr(new, f.name)} (parent {getattr(old, f.name)})"
-                           for f in dataclasses.fields(new)
-                           if getattr(old, f.name) != getattr(new, f.name))
+        differ = ", ".join(f"model.{name} {getattr(new, name)} (parent {getattr(old, name)})"
+                           for name in changed_fields(old, new))
         raise ConfigError(f"train.init_from: {path} has another architecture: {differ}; "
                           "a fine-tuned model keeps its parent's model section")
     joint = bundle.spm_tgt is None
@@ -52,10 +50,9 @@ def load_parent(recipe: Recipe) -> tuple[Bundle, Parent]:
 def write_parent_tokenizer(recipe: Recipe, bundle: Bundle, out_dir: Path) -> Tokenizer:
     """Write the parent's SentencePiece model(s) into out_dir, byte for byte, and warn
     where the recipe's tokenizer section asks for something else."""
-    differ = [f"tokenizer.{f.name} {getattr(recipe.tokenizer, f.name)} (parent "
-              f"{getattr(bundle.recipe.tokenizer, f.name)})"
-              for f in dataclasses.fields(recipe.tokenizer)
-              if getattr(recipe.tokenizer, f.name) != getattr(bundle.recipe.tokenizer, f.name)]
+    mine, parents = recipe.tokenizer, bundle.recipe.tokenizer
+    differ = [f"tokenizer.{name} {getattr(mine, name)} (parent {getattr(parents, name)})"
+              for name in changed_fields(parents, mine)]
     if differ:
         log.warning("train.init_from: the parent's SentencePiece model is used, not the "
                     "recipe's tokenizer section: %s", ", ".join(differ))

@@ -34,7 +34,7 @@ import torch
 
 from .atomic import atomic_write_bytes
 from .checkpoint import Bundle, Progress, load_checkpoint
-from .config import Recipe, TrainConfig
+from .config import Recipe, TrainConfig, changed_fields
 from .errors import ConfigError
 from .tblog import TensorBoardLog, tensorboard_available
 from .textio import read_json_lines
@@ -201,7 +201,7 @@ def check_same_run(bundle: Bundle, recipe: Recipe, tokenizer: Tokenizer,
     advice = "use --restart to train from scratch, or another --run-dir"
     old, new = bundle.recipe.model, recipe.model
     if old != new:
-        changed = ", ".join(f"model.{k}" for k, v in vars(new).items() if getattr(old, k) != v)
+        changed = ", ".join(f"model.{name}" for name in changed_fields(old, new))
         raise ConfigError(
             f"{run_dir}: the recipe's model section changed since this run started "
             f"({changed}); {advice}"
