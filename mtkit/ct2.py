@@ -158,6 +158,7 @@ def _np(tensor: torch.Tensor) -> np.ndarray:
 class CTranslate2Engine:
     """An `engine.Engine` that decodes with an exported CTranslate2 model."""
 
+    name = "ctranslate2"
     stop_rules = ("early",)  # CTranslate2 ends a sentence once its n-best have finished
 
     def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0):

@@ -29,6 +29,7 @@ QUANTIZE = ("none", "int8")
 
 
 class Engine(Protocol):
+    name: str  # what `--engine` calls it: torch or ctranslate2
     tokenizer: Tokenizer
     recipe: Recipe  # the recipe the model was trained with: its `decode` section is the default
     max_source: int  # source tokens a sentence may have (longer ones are truncated first)
@@ -41,6 +42,7 @@ class Engine(Protocol):
 class TorchEngine:
     """mtkit's models (an ensemble if several, sharing one vocabulary) and search."""
 
+    name = "torch"
     stop_rules = STOP_RULES
 
     def __init__(self, models: Sequence[Transformer], tokenizer: Tokenizer, recipe: Recipe,

@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 
 from .batcher import Batcher, BatcherClosed, QueueFull
 from .config import DecodeConfig
-from .engine import Engine, TorchEngine
+from .engine import Engine
 from .info import ARCHITECTURE
 from .search import Hypothesis
 from .serve_api import (
@@ -59,6 +59,7 @@ class MeteredEngine:
     def __init__(self, engine: Engine, metrics: ServeMetrics):
         self.engine = engine
         self.metrics = metrics
+        self.name = engine.name
         self.tokenizer = engine.tokenizer
         self.recipe = engine.recipe
         self.max_source = engine.max_source
@@ -117,7 +118,7 @@ def models_answer(translator: Translator, names: list[str], limits: Limits,
         "models": [{
             "id": "+".join(names),
             "files": names,
-            "engine": "torch" if isinstance(engine, TorchEngine) else "ctranslate2",
+            "engine": engine.name,
             "source": recipe.data.langs.src,
             "target": recipe.data.langs.tgt,
             "architecture": {key: getattr(recipe.model, key) for key in ARCHITECTURE},
