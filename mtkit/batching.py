@@ -7,46 +7,56 @@ pairs of a batch into a Batch of padded id tensors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 
-from .dataset import ParallelData
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+# an epoch's pairs: (indices into the data, repeats allowed; their widths), both (m,)
+EpochItems = Callable[[int], tuple[np.ndarray, np.ndarray]]
+
+
+def pair_widths(src_lens: np.ndarray, tgt_lens: np.ndarray) -> np.ndarray:
+    """Padded positions a pair needs: the longer side, +1 for the EOS / BOS the model adds."""
+    src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
+    if src_lens.shape != tgt_lens.shape:
+        raise ValueError("src_lens and tgt_lens must have the same length")
+    return np.maximum(src_lens, tgt_lens).astype(np.int64) + 1
 
 
 class BatchSampler:
     """Length-bucketed batches under a padded-token budget, reproducible and resumable.
 
-    Each epoch's batches are a pure function of (seed, epoch): pairs are sorted by length
-    with random tie-breaking, cut into batches, and the batch order is shuffled. The list
-    does not depend on how many processes train: under torchrun every rank computes the
-    same list, and an update takes its next batches (`take`) and shares them out, so the
-    position is one number for the whole job.
+    Each epoch's batches are a pure function of (seed, epoch): the epoch's pairs
+    (`epoch_items`: every pair once, or a weighted sample of several corpora) are sorted
+    by length with random tie-breaking, cut into batches, and the batch order is
+    shuffled. The list does not depend on how many processes train: under torchrun every
+    rank computes the same list, and an update takes its next batches (`take`) and shares
+    them out, so the position is one number for the whole job.
     """
 
-    def __init__(
-        self,
-        src_lens: np.ndarray,
-        tgt_lens: np.ndarray,
-        max_tokens: int,
-        seed: int,
-        shuffle: bool = True,
-    ):
-        src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
-        if src_lens.shape != tgt_lens.shape:
-            raise ValueError("src_lens and tgt_lens must have the same length")
+    def __init__(self, epoch_items: EpochItems, max_tokens: int, seed: int,
+                 shuffle: bool = True):
         if max_tokens < 1:
             raise ValueError(f"bad sampler settings: {max_tokens=}")
-        # +1: the model appends EOS to the source and BOS/EOS to the target
-        self.widths = np.maximum(src_lens, tgt_lens).astype(np.int64) + 1  # (n,)
+        self.epoch_items = epoch_items
         self.max_tokens = max_tokens
         self.seed = seed
         self.shuffle = shuffle
         self.epoch, self.position = 0, 0
         self._cache: tuple[int, list[np.ndarray]] | None = None
+
+    @classmethod
+    def fixed(cls, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int,
+              shuffle: bool = True) -> BatchSampler:
+        """Every pair once an epoch."""
+        widths = pair_widths(src_lens, tgt_lens)  # (n,)
+        items = np.arange(len(widths))
+        return cls(lambda epoch: (items, widths), max_tokens, seed, shuffle)
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its first batch, unless already in it (e.g. just restored)."""
@@ -84,12 +94,13 @@ class BatchSampler:
         return self._cache[1]
 
     def _make_batches(self, epoch: int) -> list[np.ndarray]:
+        items, widths = self.epoch_items(epoch)  # (m,), (m,)
         rng = np.random.default_rng([self.seed, epoch])
         if self.shuffle:
-            order = np.lexsort((rng.random(len(self.widths)), self.widths))
+            order = np.lexsort((rng.random(len(widths)), widths))
         else:
-            order = np.argsort(self.widths, kind="stable")
-        batches = _cut_sorted(order, self.widths[order], self.max_tokens)
+            order = np.argsort(widths, kind="stable")
+        batches = _cut_sorted(items[order], widths[order], self.max_tokens)
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
@@ -140,7 +151,15 @@ class Batch:
         return Batch(src, tgt_in, tgt_out, self.ntokens)
 
 
-def make_batch(data: ParallelData, indices: list[int], max_len: int | None = None) -> Batch:
+class Pairs(Protocol):
+    """Random access to sentence pairs' token ids (dataset.ParallelData, corpora.EpochData)."""
+
+    def src(self, i: int) -> np.ndarray: ...
+
+    def tgt(self, i: int) -> np.ndarray: ...
+
+
+def make_batch(data: Pairs, indices: list[int], max_len: int | None = None) -> Batch:
     """Pad the pairs at `indices` into tensors; `max_len` cuts longer sides (dev sets keep
     every line, so a line longer than the model allows is shortened rather than dropped)."""
     src_pieces = [data.src(i)[:max_len] for i in indices]

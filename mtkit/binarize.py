@@ -2,13 +2,17 @@
 
 Each split and side becomes two files: `{split}.{side}.bin`, every sentence's token ids
 one after the other, and `{split}.{side}.idx`, n+1 int64 offsets into it (read back by
-dataset.ParallelData). Lines are encoded in chunks by a pool of worker processes, and the
-training split is filtered on the way. The output directory is built under another name
-and swapped in whole (atomic.replace_dir), with manifest.json written last.
+dataset.ParallelData); `{split}.lines` holds the line number (int64, from 0) of each pair
+kept. Lines are encoded in chunks by a pool of worker processes, and the training splits
+are filtered on the way. The output directory is built under another name and swapped in
+whole (atomic.replace_dir), with manifest.json written last; a split whose files, tag,
+tokenizer and filters are unchanged is hard-linked from the old directory, not encoded
+again, so adding a corpus encodes only that corpus.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import itertools
 import multiprocessing
@@ -24,7 +28,14 @@ import numpy as np
 
 from .atomic import old_dir, recover_dir, replace_dir
 from .errors import ConfigError, DataError
-from .manifest import DROP_REASONS, MANIFEST_NAME, Manifest, SourceFile, SplitInfo
+from .manifest import (
+    DROP_REASONS,
+    MANIFEST_NAME,
+    Manifest,
+    SourceFile,
+    SplitInfo,
+    load_manifest,
+)
 from .progress import progress_bar
 from .textio import count_lines, file_fingerprint, read_lines
 from .tokenizer import Tokenizer
@@ -45,9 +56,9 @@ def _init_worker(src: bytes, tgt: bytes | None) -> None:
     _worker_tokenizer = Tokenizer(src, tgt, threads=1)  # the pool is the parallelism
 
 
-def _encode_in_worker(chunk: tuple[list[str], list[str]]) -> Encoded:
+def _encode_in_worker(chunk: tuple[list[str], list[str]], tag: str | None) -> Encoded:
     assert _worker_tokenizer is not None
-    return _encode_chunk(_worker_tokenizer, chunk)
+    return _encode_chunk(_worker_tokenizer.tagged(tag), chunk)
 
 
 def _encode_chunk(tokenizer: Tokenizer, chunk: tuple[list[str], list[str]]) -> Encoded:
@@ -78,14 +89,16 @@ class _Encoder:
                 workers, _init_worker, (tokenizer.src_bytes, tokenizer.tgt_bytes)
             )
 
-    def map(self, chunks: Iterable[tuple[list[str], list[str]]]) -> Iterator[Encoded]:
+    def map(self, chunks: Iterable[tuple[list[str], list[str]]],
+            tag: str | None = None) -> Iterator[Encoded]:
         if self.pool is None:
-            yield from (_encode_chunk(self.local, chunk) for chunk in chunks)
+            local = self.local.tagged(tag)
+            yield from (_encode_chunk(local, chunk) for chunk in chunks)
             return
         # Pool.imap would read the whole input ahead; a bounded queue keeps memory flat
         pending: deque = deque()
         for chunk in chunks:
-            pending.append(self.pool.apply_async(_encode_in_worker, (chunk,)))
+            pending.append(self.pool.apply_async(_encode_in_worker, (chunk, tag)))
             if len(pending) >= 2 * self.workers:
                 yield pending.popleft().get()
         while pending:
@@ -153,11 +166,15 @@ class _SideWriter:
         self.tokens += int(lens.sum())
 
     def close(self) -> None:
-        for f in (self.bin, self.idx):
-            if not f.closed:
-                f.flush()
-                os.fsync(f.fileno())
-                f.close()
+        _close_synced(self.bin)
+        _close_synced(self.idx)
+
+
+def _close_synced(f) -> None:
+    if not f.closed:
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
 
 
 def _binarize_split(
@@ -169,14 +186,15 @@ def _binarize_split(
     dtype: np.dtype,
     limits: tuple[int, float] | None,  # (max_len, max_ratio) for filtered splits
     total_lines: int,  # for the progress bar
+    tag: str | None,
 ) -> SplitInfo:
     writers = [_SideWriter(out / f"{split}.{side}", dtype) for side in SIDES]
+    kept_lines = open(out / f"{split}.lines", "wb")
     lines, dropped = 0, dict.fromkeys(DROP_REASONS, 0)
     bar = progress_bar(total_lines, "line")
     try:
         chunks = _parallel_chunks(split, src, tgt)
-        for src_flat, src_lens, tgt_flat, tgt_lens in encoder.map(chunks):
-            lines += len(src_lens)
+        for src_flat, src_lens, tgt_flat, tgt_lens in encoder.map(chunks, tag):
             if bar is not None:
                 bar.update(len(src_lens))
             keep = np.ones(len(src_lens), dtype=bool)
@@ -185,11 +203,14 @@ def _binarize_split(
                 dropped = {k: dropped[k] + counts[k] for k in DROP_REASONS}
             writers[0].append(src_flat, src_lens, keep)
             writers[1].append(tgt_flat, tgt_lens, keep)
+            kept_lines.write(lines + np.flatnonzero(keep).astype(np.int64))
+            lines += len(src_lens)
     finally:
         if bar is not None:
             bar.close()
         for writer in writers:
             writer.close()
+        _close_synced(kept_lines)
     return SplitInfo(
         lines=lines,
         pairs=lines - sum(dropped.values()),
@@ -197,9 +218,46 @@ def _binarize_split(
         tgt_tokens=writers[1].tokens,
         filtered=limits is not None,
         dropped=dropped,
-        src=SourceFile(os.path.abspath(src), file_fingerprint(src)),
-        tgt=SourceFile(os.path.abspath(tgt), file_fingerprint(tgt)),
+        src=_source(src),
+        tgt=_source(tgt),
+        tag=tag,
     )
+
+
+def _source(path: Path) -> SourceFile:
+    return SourceFile(os.path.abspath(path), file_fingerprint(path))
+
+
+def _reusable(old: Manifest | None, old_dir: Path, dtype: np.dtype, tokenizer: str,
+              filters: tuple[int, float], src: Path, tgt: Path, tag: str | None,
+              filtered: bool) -> tuple[str, SplitInfo] | None:
+    """A split of the old directory made from the same files in the same way, if any:
+    (its name, its info)."""
+    if old is None or (old.dtype, old.tokenizer) != (dtype.name, tokenizer):
+        return None
+    if filtered and (old.max_len, old.max_ratio) != filters:
+        return None
+    fingerprints = (file_fingerprint(src), file_fingerprint(tgt))
+    for name, info in old.splits.items():
+        if ((info.src.fingerprint, info.tgt.fingerprint) == fingerprints
+                and (info.tag, info.filtered) == (tag, filtered)
+                and all((old_dir / f"{name}{suffix}").is_file() for suffix in SPLIT_FILES)):
+            return name, info
+    return None
+
+
+SPLIT_FILES = (".src.bin", ".src.idx", ".tgt.bin", ".tgt.idx", ".lines")
+
+
+def _link_split(old_dir: Path, old_name: str, new_dir: Path, name: str) -> None:
+    """The old split's files into new_dir under `name`: hard links (the files are never
+    written again once made), or copies where the filesystem has no links."""
+    for suffix in SPLIT_FILES:
+        source, target = old_dir / f"{old_name}{suffix}", new_dir / f"{name}{suffix}"
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
 
 
 # --------------------------------------------------------------------------- binarize
@@ -216,17 +274,23 @@ def binarize(
     max_len: int = 256,
     max_ratio: float = 3.0,
     filter_splits: tuple[str, ...] = ("train",),
+    tags: dict[str, str] | None = None,
 ) -> Manifest:
     """Encode parallel text files into `out_dir`; return the manifest (also manifest.json).
 
     Pairs of the splits in `filter_splits` are dropped when empty, longer than `max_len`
     tokens or more unbalanced than `max_ratio`; other splits keep every line, so their
-    outputs stay aligned with references. `workers`: 0 = one per CPU, 1 = in-process.
+    outputs stay aligned with references. `tags` (split -> tag) starts each source line of
+    a split with its tag. `workers`: 0 = one per CPU, 1 = in-process.
     """
     out_dir = Path(out_dir)
     splits = {name: (Path(src), Path(tgt)) for name, (src, tgt) in splits.items()}
+    tags = tags or {}
     lines = _check_splits(splits)
+    for tag in tags.values():
+        tokenizer.tagged(tag)  # a tag the tokenizer lacks fails here, before any work
     _prepare_out_dir(out_dir)
+    old = _old_manifest(out_dir)
 
     vocab = max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     dtype = np.dtype(np.uint16 if vocab <= 65535 else np.int32)
@@ -240,10 +304,19 @@ def binarize(
         stats: dict[str, SplitInfo] = {}
         for name, (src, tgt) in splits.items():
             limits = (max_len, max_ratio) if name in filter_splits else None
-            split = _binarize_split(name, src, tgt, encoder, partial, dtype, limits,
-                                    lines[name])
+            tag = tags.get(name)
+            same = _reusable(old, out_dir, dtype, tokenizer.fingerprint(), (max_len, max_ratio),
+                             src, tgt, tag, limits is not None)
+            if same is not None:
+                _link_split(out_dir, same[0], partial, name)
+                split = dataclasses.replace(same[1], src=_source(src), tgt=_source(tgt))
+                reused = "unchanged, kept: "
+            else:
+                split = _binarize_split(name, src, tgt, encoder, partial, dtype, limits,
+                                        lines[name], tag)
+                reused = ""
             summary = split.describe(max_len, max_ratio)
-            print(f"binarize {name}: {summary}", file=sys.stderr)
+            print(f"binarize {name} ({src.name}): {reused}{summary}", file=sys.stderr)
             if split.pairs == 0:
                 raise DataError(
                     f"{name}: no sentence pair left after filtering ({summary}); "
@@ -264,6 +337,13 @@ def binarize(
             encoder.close()
         shutil.rmtree(partial, ignore_errors=True)  # a no-op after a successful swap
     return manifest
+
+
+def _old_manifest(out_dir: Path) -> Manifest | None:
+    try:
+        return load_manifest(out_dir) if out_dir.is_dir() else None
+    except DataError:  # unreadable or of a newer mtkit: nothing to reuse, all is rebuilt
+        return None
 
 
 def _cpu_count() -> int:

@@ -305,6 +305,10 @@ def translate(
         None, "--shard", help="I/N: translate only share I (from 0) of N contiguous shares "
         "of --input's lines, e.g. one job of an array (torchrun shares by rank itself)."
     ),
+    tag: str | None = typer.Option(
+        None, "--tag", help="Start each line with this corpus tag, as training did for the "
+        "corpus with `tag: NAME` (e.g. BT)."
+    ),
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output).
 
@@ -331,6 +335,7 @@ def translate(
         max_tokens=max_tokens, option_names=OPTION_NAMES, beam=beam, lenpen=lenpen, stop=stop,
         nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b,
     )
+    translator.tokenizer = translator.tokenizer.tagged(tag)  # a tag the model lacks: exit 2
     in_fd = _open_input(input_file)
     lines = line_range(input_file, part) if part is not None else None
     if lines is not None:

@@ -93,9 +93,46 @@ class Pair:
     tgt: Path
 
 
+# reserved by the tokenizer's own symbols <pad>, <unk>, <s> (see tokenizer.SPECIALS)
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_TAKEN_TAGS = ("pad", "unk", "s")
+
+
+def parse_tag(value: Any) -> str | None:
+    """A corpus tag: a short name, written into the source as the control symbol <NAME>."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _TAG.fullmatch(value) or len(value) > 32:
+        raise ValueError(f"{value!r} is not a valid tag; use up to 32 letters, digits, '_', "
+                         "'-' or '.', e.g. BT")
+    if value.lower() in _TAKEN_TAGS:
+        raise ValueError(f"{value!r} is taken by the tokenizer's <{value}>; choose another name")
+    return value
+
+
+def parse_weight(value: Any) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+        raise ValueError(f"{value} is not above 0; a corpus is sampled size x weight times "
+                         "an epoch (leave a corpus out to not use it)")
+    return value
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A training corpus. An epoch samples round(pairs x weight) of its pairs (weight 4:
+    each pair 4 times; 0.5: a fresh half each epoch); `tag` marks its source lines with
+    the control symbol <tag> (e.g. back-translated text, Caswell et al. 2019)."""
+
+    src: Path
+    tgt: Path
+    weight: float = field(default=1.0, metadata={"parse": parse_weight, **between(0.0)})
+    tag: str | None = field(default=None, metadata={"parse": parse_tag})
+
+
 @dataclass(frozen=True)
 class DataConfig:
-    train: Pair
+    # one corpus {src, tgt} or a list of {src, tgt, weight, tag}
+    train: tuple[Corpus, ...]
     valid: Pair | None = None
     test: tuple[Pair, ...] = ()
     langs: Langs = Langs()
@@ -103,6 +140,15 @@ class DataConfig:
     max_len: int = field(default=256, metadata=between(1))
     # training pairs whose token-length ratio exceeds this are dropped
     max_ratio: float = field(default=3.0, metadata=between(1.0))
+
+    def check(self) -> None:
+        if not self.train:
+            raise ValueError("data.train: list at least one corpus {src, tgt}")
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The training corpora's tags, sorted, each once: the tokenizer's control symbols."""
+        return tuple(sorted({c.tag for c in self.train if c.tag is not None}))
 
 
 @dataclass(frozen=True)
@@ -114,6 +160,21 @@ class TokenizerConfig:
     # lines sampled for training; 0 = all
     input_sentence_size: int = field(default=1_000_000, metadata=between(0))
     seed: int = field(default=1, metadata=between(None))
+    # subword regularisation (Kudo 2018): > 0 segments the training text afresh each epoch,
+    # drawing from the 16 best segmentations with p ~ P^sample_alpha (unigram models only);
+    # dev and test never
+    sample_alpha: float = field(default=0.0, metadata=between(0.0, 1.0))
+
+    # what changes the SentencePiece model itself (the rest changes only how it is used)
+    model_fields: ClassVar[tuple[str, ...]] = (
+        "model_type", "vocab_size", "joint", "character_coverage", "input_sentence_size", "seed",
+    )
+
+
+    def check(self) -> None:
+        if self.sample_alpha and self.model_type != "unigram":
+            raise ValueError("tokenizer.sample_alpha samples a unigram model's segmentations: "
+                             "set tokenizer.model_type: unigram, or sample_alpha: 0")
 
 
 @dataclass(frozen=True)
@@ -350,8 +411,14 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> No
             # a path typed on the command line is relative to where the user stands
             value = str(Path(value).expanduser().absolute())
         node = raw
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
             child = node.get(part)
+            if isinstance(child, list) and len(child) == 1 and isinstance(child[0], dict):
+                child = child[0]  # a list of one: its only item
+            elif isinstance(child, list):
+                dotted = ".".join(parts[: depth + 1])
+                raise ConfigError(f"--set {item}: {dotted} is a list of {len(child)}; "
+                                  "edit its items in the recipe")
             if not isinstance(child, dict):
                 child = {}
                 node[part] = child
@@ -368,6 +435,8 @@ def _check_override_key(parts: list[str], item: str) -> Any:
             dotted = ".".join(parts[:depth])
             raise ConfigError(f"--set {item}: {_unknown_key(part, hints, dotted)}")
         cls = _strip_optional(hints[part])
+        if typing.get_origin(cls) is tuple and dataclasses.is_dataclass(typing.get_args(cls)[0]):
+            cls = typing.get_args(cls)[0]  # a list of one written as its mapping (data.train)
         is_section = dataclasses.is_dataclass(cls) and not _is_value_type(cls)
         if not is_section and depth < len(parts) - 1:
             raise ConfigError(f"--set {item}: {'.'.join(parts[: depth + 1])} has no sub-keys")
@@ -375,7 +444,10 @@ def _check_override_key(parts: list[str], item: str) -> Any:
 
 
 def check_data_files(recipe: Recipe, where: str) -> None:
-    pairs = [("data.train", recipe.data.train), ("data.valid", recipe.data.valid)]
+    pairs: list[tuple[str, Pair | Corpus | None]]
+    pairs = [(f"data.train[{i}]" if len(recipe.data.train) > 1 else "data.train", c)
+             for i, c in enumerate(recipe.data.train)]
+    pairs += [("data.valid", recipe.data.valid)]
     pairs += [(f"data.test[{i}]", p) for i, p in enumerate(recipe.data.test)]
     for key, pair in pairs:
         if pair is None:

@@ -123,7 +123,7 @@ def evaluate_loss(model: Transformer, data: ParallelData, max_tokens: int,
                   device: torch.device, max_len: int) -> tuple[float, float]:
     """Per-token loss and NLL (the same without label smoothing) over a whole split."""
     model.eval()
-    sampler = BatchSampler(data.src_lens, data.tgt_lens, max_tokens, seed=0, shuffle=False)
+    sampler = BatchSampler.fixed(data.src_lens, data.tgt_lens, max_tokens, seed=0, shuffle=False)
     loss_sum = nll_sum = 0.0
     ntokens = 0
     for indices in sampler:

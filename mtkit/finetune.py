@@ -44,6 +44,12 @@ def load_parent(recipe: Recipe) -> tuple[Bundle, Parent]:
         raise ConfigError(f"train.init_from: {path} has {'one joint' if joint else 'separate'} "
                           f"SentencePiece model{'' if joint else 's'}: set tokenizer.joint: "
                           f"{str(joint).lower()}")
+    missing = [tag for tag in recipe.data.tags if tag not in bundle.tokenizer().tags]
+    if missing:
+        have = ", ".join(bundle.tokenizer().tags) or "none"
+        raise ConfigError(f"data.train: tag {missing[0]} is not in the SentencePiece model of "
+                          f"train.init_from {path} (its tags: {have}); a fine-tuned model "
+                          "can only use its parent's tags")
     return bundle, Parent(str(path), file_fingerprint(path))
 
 
@@ -52,7 +58,7 @@ def write_parent_tokenizer(recipe: Recipe, bundle: Bundle, out_dir: Path) -> Tok
     where the recipe's tokenizer section asks for something else."""
     mine, parents = recipe.tokenizer, bundle.recipe.tokenizer
     differ = [f"tokenizer.{name} {getattr(mine, name)} (parent {getattr(parents, name)})"
-              for name in changed_fields(parents, mine)]
+              for name in changed_fields(parents, mine) if name in mine.model_fields]
     if differ:
         log.warning("train.init_from: the parent's SentencePiece model is used, not the "
                     "recipe's tokenizer section: %s", ", ".join(differ))

@@ -8,6 +8,7 @@ its manifest.json is there: binarize writes it last.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 DROP_REASONS = ("empty", "too_long", "ratio")
 DTYPES = ("uint16", "int32")  # token id storage: uint16 while every id fits
+TRAIN_PART = re.compile(r"train-[1-9]\d*")  # one of several training corpora
 
 
 class _Malformed(Exception):
@@ -54,17 +56,20 @@ class SplitInfo:
     dropped: dict[str, int]  # reason (DROP_REASONS) -> pairs dropped for it
     src: SourceFile
     tgt: SourceFile
+    tag: str | None = None  # the tag before each source line (absent from older files)
 
     def describe(self, max_len: int, max_ratio: float) -> str:
         """One line for the log: what was kept and, if filtered, what was dropped why."""
         text = f"{self.lines} lines, {self.pairs} pairs kept"
+        if self.tag is not None:
+            text += f", tagged <{self.tag}>"
         if self.filtered:
             d = self.dropped
             text += (
                 f"; dropped {d['empty']} empty, {d['too_long']} longer than {max_len} tokens, "
                 f"{d['ratio']} with length ratio above {max_ratio:g}"
             )
-        return text
+        return text + f"; {self.src_tokens} + {self.tgt_tokens} tokens"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +81,7 @@ class SplitInfo:
             "dropped": dict(self.dropped),
             "src": self.src.to_dict(),
             "tgt": self.tgt.to_dict(),
+            **({} if self.tag is None else {"tag": self.tag}),
         }
 
     @classmethod
@@ -92,6 +98,7 @@ class SplitInfo:
             dropped=dict(dropped),
             src=SourceFile._from_dict(raw, "src"),
             tgt=SourceFile._from_dict(raw, "tgt"),
+            tag=_field(raw, "tag", str) if "tag" in raw else None,
         )
 
 
@@ -105,17 +112,25 @@ class Manifest:
     max_ratio: float
     splits: dict[str, SplitInfo]  # in the order they were binarised
 
-    def training_fingerprints(self) -> dict[str, str]:
-        """What identifies the training data in checkpoints: tokenizer + train files."""
-        if "train" not in self.splits:
+    def training_splits(self) -> list[str]:
+        """The training corpora: split 'train', or 'train-1', 'train-2', ... for several."""
+        names = [n for n in self.splits if n == "train" or TRAIN_PART.fullmatch(n)]
+        if not names:
             have = ", ".join(self.splits)
             raise DataError(f"the binarised data has no 'train' split (has: {have})")
-        train = self.splits["train"]
-        return {
-            "tokenizer": self.tokenizer,
-            "train.src": train.src.fingerprint,
-            "train.tgt": train.tgt.fingerprint,
-        }
+        return names
+
+    def training_fingerprints(self) -> dict[str, str]:
+        """What identifies the training data in checkpoints: tokenizer + train files (and
+        tags); one corpus gives the keys of earlier versions, so their runs resume."""
+        prints = {"tokenizer": self.tokenizer}
+        for name in self.training_splits():
+            split = self.splits[name]
+            prints[f"{name}.src"] = split.src.fingerprint
+            prints[f"{name}.tgt"] = split.tgt.fingerprint
+            if split.tag is not None:
+                prints[f"{name}.tag"] = split.tag
+        return prints
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest.json content; the key order is the file's."""

@@ -8,7 +8,6 @@ same command twice does no work the second time. Stages hand their artefacts on 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from .atomic import atomic_write_bytes, atomic_write_json
 from .binarize import binarize
 from .checkpoint import Bundle, Parent, average_checkpoints, load_checkpoint, save_checkpoint
 from .config import Recipe
+from .corpora import training_fingerprints, training_splits
 from .engine import TorchEngine
 from .errors import ConfigError, MtkitError
 from .evaluation import DevSet, dev_bleu, evaluate_test_sets, greedy, log_results, tune_decoding
@@ -181,9 +181,7 @@ def _tokenizer(run: PipelineRun) -> None:
     if run.parent is not None:  # fine-tuning: the parent's SentencePiece model, as it is
         stamp: dict[str, Any] = {"init_from": run.parent[1].fingerprint}
     else:
-        stamp = {"settings": dataclasses.asdict(recipe.tokenizer),
-                 "inputs": [file_fingerprint(p)
-                            for p in (recipe.data.train.src, recipe.data.train.tgt)]}
+        stamp = _tokenizer_stamp(recipe)
     old = read_json(stamp_path)
     if old == stamp:
         try:
@@ -206,11 +204,23 @@ def _tokenizer(run: PipelineRun) -> None:
     _write_stamp(stamp_path, stamp)
 
 
+def _tokenizer_stamp(recipe: Recipe) -> dict[str, Any]:
+    """What the SentencePiece model is made from. The stamp of one untagged corpus reads as
+    in earlier versions, so their runs keep their tokenizer."""
+    t = recipe.tokenizer
+    stamp: dict[str, Any] = {"settings": {name: getattr(t, name) for name in t.model_fields}}
+    corpora = recipe.data.train
+    stamp["inputs"] = [file_fingerprint(p) for c in corpora for p in (c.src, c.tgt)]
+    if recipe.data.tags:
+        stamp["tags"] = list(recipe.data.tags)
+    return stamp
+
+
 # --------------------------------------------------------------------------- binarize
 
 
 def _splits(recipe: Recipe) -> dict[str, tuple[Path, Path]]:
-    splits = {"train": (recipe.data.train.src, recipe.data.train.tgt)}
+    splits = {name: (c.src, c.tgt) for name, c in training_splits(recipe)}
     if recipe.data.valid is not None:
         splits["valid"] = (recipe.data.valid.src, recipe.data.valid.tgt)
     return splits
@@ -224,8 +234,10 @@ def _train_max_len(recipe: Recipe) -> int:
 def binarize_recipe(recipe: Recipe, paths: RunPaths, tokenizer: Tokenizer,
                     workers: int = 0) -> Manifest:
     """Binarise the recipe's train/valid splits with its (already trained) tokenizer."""
+    corpora = training_splits(recipe)
+    tags = {name: c.tag for name, c in corpora if c.tag is not None}
     return binarize(tokenizer, _splits(recipe), paths.data, workers, _train_max_len(recipe),
-                    recipe.data.max_ratio)
+                    recipe.data.max_ratio, tuple(name for name, _ in corpora), tags)
 
 
 def binarize_stage(run: PipelineRun) -> None:
@@ -260,6 +272,9 @@ def _binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: Manifest
         for stored, path in ((manifest.splits[name].src, src), (manifest.splits[name].tgt, tgt)):
             if stored.fingerprint != file_fingerprint(path):
                 return f"{path} changed"
+    for name, corpus in training_splits(recipe):
+        if manifest.splits[name].tag != corpus.tag:
+            return f"the tag of {corpus.src} changed"
     return ""
 
 
@@ -268,7 +283,7 @@ def _binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: Manifest
 
 def train_stage(run: PipelineRun) -> None:
     recipe, paths = run.recipe, run.paths
-    fingerprints = run.manifest.training_fingerprints()
+    fingerprints = training_fingerprints(recipe, run.manifest.training_fingerprints())
     if run.parent is not None:  # a run is the continuation of one parent only
         fingerprints["init_from"] = run.parent[1].fingerprint
     done = "" if run.restart else training_complete(recipe, paths.run_dir, run.tokenizer,

@@ -7,13 +7,17 @@ separate vocabulary file to keep in sync.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
+import itertools
 import random
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 
 from .atomic import atomic_write_bytes
@@ -47,11 +51,13 @@ def train_sentencepiece(
     character_coverage: float = 0.9995,
     input_sentence_size: int = 1_000_000,
     seed: int = 1,
+    tags: tuple[str, ...] = (),
 ) -> Path:
     """Train a SentencePiece model on text files; write `<model_prefix>.model`, return its path.
 
     A random sample of at most `input_sentence_size` non-empty lines (0 = all) is used, so
     memory does not grow with the corpus; the same inputs and settings give the same bytes.
+    Each of `tags` becomes the control symbol <tag>, with the ids after the specials.
     """
     inputs = [Path(p) for p in inputs]
     if not inputs:
@@ -83,6 +89,9 @@ def train_sentencepiece(
             max_sentence_length=16384,
             num_threads=TRAIN_THREADS,
             minloglevel=2,  # errors only; the trainer's progress log is noise for our users
+            # control symbols, not user-defined ones: a literal "<BT>" in the text stays
+            # text, so only mtkit (binarize, translate --tag) ever writes a tag
+            control_symbols=[tag_piece(t) for t in tags],
             **_special_options(),
         )
     except RuntimeError as exc:
@@ -162,6 +171,10 @@ def _training_error(message: str, vocab_size: int, where: str) -> DataError:
     return DataError(f"{where}: SentencePiece training failed: {detail}")
 
 
+def tag_piece(tag: str) -> str:
+    return f"<{tag}>"
+
+
 # --------------------------------------------------------------------------- the tokenizer
 
 
@@ -169,7 +182,8 @@ class Tokenizer:
     """One SentencePiece model shared by both languages (joint) or one per language.
 
     Encoded ids carry no BOS/EOS; the model adds them where it needs them.
-    `threads` is spm's thread count for batched encoding (0 = all cores).
+    `threads` is spm's thread count for batched encoding (0 = all cores). A tokenizer
+    made by `tagged(NAME)` starts every source line with the tag's control symbol.
     """
 
     def __init__(
@@ -184,6 +198,7 @@ class Tokenizer:
         self.threads = threads
         self._src = _load_processor(self._src_bytes, names[0])
         self._tgt = self._src if tgt is None else _load_processor(self._tgt_bytes, names[1])
+        self.source_tag: int | None = None  # id put before every encoded source line
 
     @classmethod
     def from_files(cls, src_model: Path, tgt_model: Path | None = None) -> Tokenizer:
@@ -219,13 +234,44 @@ class Tokenizer:
     def tgt_vocab_size(self) -> int:
         return self._tgt.vocab_size()
 
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The tags the source model knows: its control symbols <NAME> beyond the specials."""
+        proc = self._src
+        pieces = (proc.id_to_piece(i) for i in range(NUM_SPECIALS, proc.vocab_size())
+                  if proc.is_control(i))
+        return tuple(p[1:-1] for p in pieces if p.startswith("<") and p.endswith(">"))
+
+    def tagged(self, tag: str | None) -> Tokenizer:
+        """This tokenizer, putting <tag> before every source line (None: no tag)."""
+        if tag is None:
+            return self
+        index = self._src.piece_to_id(tag_piece(tag))
+        if index < NUM_SPECIALS or not self._src.is_control(index):
+            known = ", ".join(self.tags) or "none"
+            raise DataError(f"tag {tag}: not a tag of this SentencePiece model (its tags: "
+                            f"{known}); tags are the data.train corpora's `tag` values")
+        other = copy.copy(self)
+        other.source_tag = index
+        return other
+
     # -- encoding and decoding
 
-    def encode_src(self, lines: list[str]) -> list[list[int]]:
-        return self._src.encode(list(lines), out_type=int, num_threads=self._spm_threads())
+    def encode_src(self, lines: list[str], sampling: Sampling | None = None) -> list[list[int]]:
+        """Token ids per line: the best segmentation, or one sampled (subword sampling)."""
+        ids = self._encode(self._src, lines, sampling)
+        if self.source_tag is not None:
+            ids = [[self.source_tag, *seq] for seq in ids]
+        return ids
 
-    def encode_tgt(self, lines: list[str]) -> list[list[int]]:
-        return self._tgt.encode(list(lines), out_type=int, num_threads=self._spm_threads())
+    def encode_tgt(self, lines: list[str], sampling: Sampling | None = None) -> list[list[int]]:
+        return self._encode(self._tgt, lines, sampling)
+
+    def _encode(self, proc: spm.SentencePieceProcessor, lines: list[str],
+                sampling: Sampling | None) -> list[list[int]]:
+        if sampling is None:
+            return proc.encode(list(lines), out_type=int, num_threads=self._spm_threads())
+        return _sample_segmentations(proc, list(lines), sampling)
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Ids to text; special ids (< 4: pad, unk, bos, eos) are left out."""
@@ -248,6 +294,47 @@ class Tokenizer:
 
     def _spm_threads(self) -> int:
         return self.threads if self.threads > 0 else -1  # spm: -1 = all cores
+
+
+# --------------------------------------------------------------------------- subword sampling
+
+
+@dataclass
+class Sampling:
+    """Subword sampling (Kudo 2018, its l-best form): each line's segmentation is drawn
+    from its SAMPLE_NBEST best with probability proportional to P(segmentation)^alpha.
+    Our own generator draws, not spm's, whose samples differ from process to process
+    whatever its seed, so that a resumed run sees the same segmentations."""
+
+    alpha: float
+    rng: np.random.Generator
+
+
+SAMPLE_NBEST = 16
+
+
+def _sample_segmentations(proc: spm.SentencePieceProcessor, lines: list[str],
+                          sampling: Sampling) -> list[list[int]]:
+    nbests = proc.nbest_encode(lines, nbest_size=SAMPLE_NBEST, out_type=int)
+    segments = [seg for nbest in nbests for seg in nbest]
+    lens = np.fromiter(map(len, segments), dtype=np.int64, count=len(segments))
+    flat = np.fromiter(itertools.chain.from_iterable(segments), dtype=np.int64,
+                       count=int(lens.sum()))
+    # a unigram model's log P(segmentation) is the sum of its pieces' scores
+    cumulative = np.concatenate([[0.0], np.cumsum(_piece_scores(proc)[flat])])
+    ends = np.cumsum(lens)
+    log_p = cumulative[ends] - cumulative[ends - lens]  # (segments,)
+    # Gumbel-max: the argmax of alpha * log P + Gumbel noise is a draw from the softmax
+    keys = sampling.alpha * log_p + sampling.rng.gumbel(size=len(segments))
+    picked, start = [], 0
+    for nbest in nbests:
+        picked.append(nbest[int(np.argmax(keys[start : start + len(nbest)]))])
+        start += len(nbest)
+    return picked
+
+
+def _piece_scores(proc: spm.SentencePieceProcessor) -> np.ndarray:
+    return np.array([proc.get_score(i) for i in range(proc.vocab_size())])
 
 
 def _read_model(path: Path) -> bytes:
@@ -282,7 +369,7 @@ def model_paths(out_dir: Path, joint: bool) -> tuple[Path, Path | None]:
 
 def train_recipe_tokenizer(recipe: Recipe, out_dir: Path) -> Tokenizer:
     """Train the recipe's tokenizer on its training data into `out_dir`."""
-    t, train = recipe.tokenizer, recipe.data.train
+    t, corpora = recipe.tokenizer, recipe.data.train
     options = dict(
         vocab_size=t.vocab_size,
         model_type=t.model_type,
@@ -290,12 +377,13 @@ def train_recipe_tokenizer(recipe: Recipe, out_dir: Path) -> Tokenizer:
         input_sentence_size=t.input_sentence_size,
         seed=t.seed,
     )
+    srcs, tgts = [c.src for c in corpora], [c.tgt for c in corpora]
     out_dir = Path(out_dir)
     if t.joint:
-        train_sentencepiece([train.src, train.tgt], out_dir / "spm", **options)
+        train_sentencepiece(srcs + tgts, out_dir / "spm", tags=recipe.data.tags, **options)
     else:
-        train_sentencepiece([train.src], out_dir / "spm.src", **options)
-        train_sentencepiece([train.tgt], out_dir / "spm.tgt", **options)
+        train_sentencepiece(srcs, out_dir / "spm.src", tags=recipe.data.tags, **options)
+        train_sentencepiece(tgts, out_dir / "spm.tgt", **options)
     return load_recipe_tokenizer(out_dir, t.joint)
 
 

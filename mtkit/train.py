@@ -32,6 +32,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import Recipe, TrainConfig
+from .corpora import TrainingSet
 from .dataset import ParallelData
 from .ema import WeightEMA
 from .errors import ConfigError, Interrupted, TrainingDiverged
@@ -79,12 +80,10 @@ class Trainer:
         self.device = resolve_device(device)  # under torchrun: this rank's (dist.setup)
         self.update_freq = updates_per_step(self.cfg, self.world_size)
 
-        self.train_data = ParallelData(data_dir, "train")
+        self.training = TrainingSet(data_dir, recipe, tokenizer, announce=self.rank == 0)
         valid_data = ParallelData(data_dir, "valid") if recipe.data.valid else None
-        self.sampler = BatchSampler(
-            self.train_data.src_lens, self.train_data.tgt_lens, self.cfg.max_tokens,
-            seed=self.cfg.seed, shuffle=True,
-        )
+        self.sampler = BatchSampler(self.training.epoch_items, self.cfg.max_tokens,
+                                    seed=self.cfg.seed, shuffle=True)
         self.sampler.set_epoch(1)  # epochs count from 1, as users read them
         seed_everything(self.cfg.seed)  # before the model: its initial weights are random
         self.model = Transformer(
@@ -314,7 +313,8 @@ class Trainer:
         self.train_model.train()
         mine = group[self.rank :: self.world_size]
         weight = 1.0 if mine else 0.0  # a rank with none runs one for nothing: DDP needs it
-        batches = [(position, make_batch(self.train_data, indices, self.max_len))
+        data = self.training.epoch(self.sampler.epoch)
+        batches = [(position, make_batch(data, indices, self.max_len))
                    for position, indices in mine or group[:1]]
         ntokens = sum(b.ntokens for _, b in batches) if mine else 0
         (global_tokens,) = dist.all_reduce_sum((ntokens,), self.device)  # over all ranks

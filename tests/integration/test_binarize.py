@@ -73,7 +73,7 @@ def test_manifest(binarized: Path, tokenizer: Tokenizer, splits) -> None:
     assert train.tgt.fingerprint == file_fingerprint(splits["train"][1])
     assert not manifest.splits["dev"].filtered
     names = {p.name for p in binarized.iterdir()}
-    assert names == {"manifest.json"} | {
+    assert names == {"manifest.json"} | {f"{s}.lines" for s in splits} | {
         f"{s}.{side}.{ext}" for s in splits for side in ("src", "tgt") for ext in ("bin", "idx")
     }
     assert _siblings(binarized) == ["data"]  # no temp or .old dirs left
@@ -126,8 +126,9 @@ def test_filters_are_counted_by_reason(
     assert len(dev) == 6 and len(dev.src(1)) == 0 and len(dev.tgt(2)) == 0
     out, err = capsys.readouterr()
     assert out == ""  # stdout belongs to the CLI's results
-    assert "train: 6 lines, 2 pairs kept; dropped 2 empty, 1 longer than 40 tokens, 1 " in err
-    assert "dev: 6 lines, 6 pairs kept" in err
+    assert ("train (t.es): 6 lines, 2 pairs kept; dropped 2 empty, 1 longer than 40 tokens, 1 "
+            "with length ratio above 3; 19 + 14 tokens") in err
+    assert "dev (t.es): 6 lines, 6 pairs kept" in err
 
 
 def test_workers_do_not_read_ahead(tokenizer: Tokenizer) -> None:

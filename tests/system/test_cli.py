@@ -173,7 +173,8 @@ def test_dry_run_prints_the_resolved_recipe(tmp_path, mtkit_cli):
             continue
         for key, value in values.items():
             assert printed[section][key] == value, f"{section}.{key}"
-    assert printed["data"]["train"] == raw["data"]["train"]
+    # one corpus reads as a list of one, with the defaults filled in
+    assert printed["data"]["train"] == [{**raw["data"]["train"], "weight": 1.0, "tag": None}]
     assert printed["model"]["activation"] == "relu"  # defaults are filled in
     assert not (tmp_path / "runs").exists(), "--dry-run must not create the run directory"
 
@@ -481,7 +482,7 @@ def test_dry_run_validates_the_data_files(tmp_path, mtkit_inprocess, expect_erro
             (tmp_path / "corpus" / f"{split}.{lang}").write_text("hallo\n")
     result = mtkit_inprocess(["train", "transformer-base.yaml", "--dry-run", *sets], tmp_path)
     assert result.returncode == 0, result.stderr
-    src = yaml.safe_load(result.stdout)["data"]["train"]["src"]
+    src = yaml.safe_load(result.stdout)["data"]["train"][0]["src"]
     assert src == str(tmp_path / "corpus" / "train.de")  # --set paths: relative to the cwd
 
 

@@ -28,7 +28,7 @@ def _epoch(sampler: BatchSampler, epoch: int) -> list[list[int]]:
 
 def test_batches_respect_the_budget_and_cover_every_pair(lengths) -> None:
     src, tgt = lengths
-    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
+    sampler = BatchSampler.fixed(src, tgt, max_tokens=300, seed=3)
     batches = _epoch(sampler, 0)
     assert len(batches) == len(sampler)
     assert sorted(i for b in batches for i in b) == list(range(500))
@@ -40,16 +40,16 @@ def test_batches_respect_the_budget_and_cover_every_pair(lengths) -> None:
 
 def test_epochs_differ_but_are_reproducible(lengths) -> None:
     src, tgt = lengths
-    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
+    sampler = BatchSampler.fixed(src, tgt, max_tokens=300, seed=3)
     first, second = _epoch(sampler, 0), _epoch(sampler, 1)
     assert first != second
-    assert _epoch(BatchSampler(src, tgt, max_tokens=300, seed=3), 1) == second
-    assert _epoch(BatchSampler(src, tgt, max_tokens=300, seed=4), 1) != second
+    assert _epoch(BatchSampler.fixed(src, tgt, max_tokens=300, seed=3), 1) == second
+    assert _epoch(BatchSampler.fixed(src, tgt, max_tokens=300, seed=4), 1) != second
 
 
 def test_restoring_a_position_continues_the_same_sequence(lengths) -> None:
     src, tgt = lengths
-    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
+    sampler = BatchSampler.fixed(src, tgt, max_tokens=300, seed=3)
     sampler.set_epoch(2)
     iterator = iter(sampler)
     seen = [next(iterator) for _ in range(5)]
@@ -59,21 +59,21 @@ def test_restoring_a_position_continues_the_same_sequence(lengths) -> None:
     assert sampler.state_dict() == {"epoch": 3, "position": 0}  # a finished epoch moves on
     next_epoch = list(sampler)
 
-    restored = BatchSampler(src, tgt, max_tokens=300, seed=3)
+    restored = BatchSampler.fixed(src, tgt, max_tokens=300, seed=3)
     restored.load_state_dict(state)
     restored.set_epoch(2)  # a training loop calls this on resume; it must keep the position
     assert list(restored) == rest
     restored.set_epoch(3)
     assert list(restored) == next_epoch
-    assert seen + rest == _epoch(BatchSampler(src, tgt, 300, seed=3), 2)
+    assert seen + rest == _epoch(BatchSampler.fixed(src, tgt, 300, seed=3), 2)
 
 
 def test_take_walks_the_epoch_in_groups(lengths) -> None:
     """Updates take the epoch's batches in groups (update_freq x world_size); positions
     count from 0, the last group is short, and then the epoch has nothing left."""
     src, tgt = lengths
-    full = _epoch(BatchSampler(src, tgt, max_tokens=300, seed=3), 0)
-    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3)
+    full = _epoch(BatchSampler.fixed(src, tgt, max_tokens=300, seed=3), 0)
+    sampler = BatchSampler.fixed(src, tgt, max_tokens=300, seed=3)
     groups = []
     while group := sampler.take(3):
         groups.append(group)
@@ -82,14 +82,15 @@ def test_take_walks_the_epoch_in_groups(lengths) -> None:
     assert all(len(g) == 3 for g in groups[:-1]) and 1 <= len(groups[-1]) <= 3
     assert sampler.state_dict() == {"epoch": 0, "position": len(full)}
     sampler.set_epoch(1)
-    assert sampler.take(2) == list(enumerate(_epoch(BatchSampler(src, tgt, 300, seed=3), 1)[:2]))
+    fresh = BatchSampler.fixed(src, tgt, 300, seed=3)
+    assert sampler.take(2) == list(enumerate(_epoch(fresh, 1)[:2]))
 
 
 def test_unshuffled_batches_are_sorted_and_fixed(lengths) -> None:
     src, tgt = lengths
-    sampler = BatchSampler(src, tgt, max_tokens=300, seed=3, shuffle=False)
+    sampler = BatchSampler.fixed(src, tgt, max_tokens=300, seed=3, shuffle=False)
     first, again = list(sampler), list(sampler)  # reusable, e.g. for every validation
-    assert first == again == _epoch(BatchSampler(src, tgt, 300, seed=9, shuffle=False), 5)
+    assert first == again == _epoch(BatchSampler.fixed(src, tgt, 300, seed=9, shuffle=False), 5)
     widths = [max(max(src[i], tgt[i]) for i in b) for b in first]
     assert widths == sorted(widths)
 

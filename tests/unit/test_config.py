@@ -8,6 +8,7 @@ from builders import raw_recipe
 
 from mtkit.config import (
     Average,
+    Corpus,
     DataConfig,
     DecodeConfig,
     Langs,
@@ -47,7 +48,7 @@ train: {max_time: 90m}
 def test_load_resolves_paths_defaults_and_units(tmp_path):
     recipe = load_recipe(write_recipe(tmp_path, BASE))
     assert recipe.name == "r"
-    assert recipe.data.train.src == tmp_path / "a.es"
+    assert recipe.data.train[0].src == tmp_path / "a.es"
     assert recipe.data.test[0].tgt == tmp_path / "a.en"
     assert recipe.train.max_time == 5400.0
     assert recipe.model.heads == 4 and recipe.model.enc_layers == 6
@@ -254,7 +255,8 @@ def _is_numeric(tp) -> bool:
 
 
 @pytest.mark.parametrize(
-    "cls", [Langs, Pair, DataConfig, TokenizerConfig, ModelConfig, TrainConfig, DecodeConfig]
+    "cls",
+    [Langs, Pair, Corpus, DataConfig, TokenizerConfig, ModelConfig, TrainConfig, DecodeConfig],
 )
 def test_every_number_declares_a_range(cls):
     hints = typing.get_type_hints(cls)
@@ -326,3 +328,53 @@ def test_replace_checked_errors(section, changes, names, message):
     with pytest.raises(ConfigError) as info:
         replace_checked(section, changes, names)
     assert str(info.value) == message
+
+
+CORPORA = """
+data:
+  train:
+    - {src: a.es, tgt: a.en}
+    - {src: a.es, tgt: a.en, weight: 4, tag: BT}
+"""
+
+
+def test_a_list_of_weighted_tagged_corpora(tmp_path):
+    recipe = load_recipe(write_recipe(tmp_path, CORPORA))
+    first, second = recipe.data.train
+    assert (first.weight, first.tag) == (1.0, None)
+    assert (second.src, second.weight, second.tag) == (tmp_path / "a.es", 4.0, "BT")
+    assert recipe.data.tags == ("BT",)
+    # --set reaches into a list of one, not into a longer list
+    one = load_recipe(write_recipe(tmp_path, BASE), ["data.train.weight=2"])
+    assert one.data.train[0].weight == 2.0
+    with pytest.raises(ConfigError, match=r"--set data.train.weight=2: data.train is a list "
+                                          r"of 2; edit its items in the recipe"):
+        load_recipe(write_recipe(tmp_path, CORPORA), ["data.train.weight=2"])
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ("{src: a.es}", "data.train[1].tgt: required key is missing"),
+        ("{src: a.es, tgt: a.en, weight: 0}", "data.train[1].weight: 0 is not above 0"),
+        ("{src: a.es, tgt: a.en, weight: -1}", "data.train[1].weight: -1 is not above 0"),
+        ("{src: a.es, tgt: a.en, tag: 'b t'}", "data.train[1].tag: 'b t' is not a valid tag"),
+        ("{src: a.es, tgt: a.en, tag: unk}", "data.train[1].tag: 'unk' is taken by the "
+                                              "tokenizer's <unk>"),
+        ("{src: a.es, tgt: nope.en}", "data.train[1].tgt: data file not found"),
+    ],
+)
+def test_bad_corpus_entries_name_their_key(tmp_path, entry, message):
+    text = f"data:\n  train:\n    - {{src: a.es, tgt: a.en}}\n    - {entry}\n"
+    path = write_recipe(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_recipe(path)
+    assert str(info.value).startswith(f"{path}: {message}"), str(info.value)
+
+
+def test_sample_alpha_is_between_0_and_1(tmp_path):
+    path, error = load_error(tmp_path, "tokenizer: {sample_alpha: 1.5}")
+    assert error == (f"{path}: tokenizer.sample_alpha: 1.5 is out of range; "
+                     "expected between 0.0 and 1.0")
+    with pytest.raises(ConfigError, match="data.train: list at least one corpus"):
+        load_recipe(write_recipe(tmp_path, "data: {train: []}\n"))
