@@ -63,6 +63,7 @@ class ModelInfo:
     vocab: tuple[int, int]  # source, target
     joint: bool
     model_type: str  # unigram or bpe
+    tags: tuple[str, ...]  # the corpus tags the source vocabulary holds (translate --tag)
     trained: Trained | None  # None: not recorded (bundles of older versions)
     resumable: bool
     data_fingerprints: dict[str, str]
@@ -88,7 +89,7 @@ class ModelInfo:
             "architecture": self.architecture,
             "parameters": self.parameters,
             "vocabulary": {"src": self.vocab[0], "tgt": self.vocab[1], "joint": self.joint,
-                           "model_type": self.model_type},
+                           "model_type": self.model_type, "tags": list(self.tags)},
             "training": {**training, "resumable": self.resumable,
                          "data_fingerprints": self.data_fingerprints},
             "lineage": {"averaged_from": self.averaged_from,
@@ -110,7 +111,8 @@ class ModelInfo:
                  *((key, str(a[key])) for key in ARCHITECTURE[2:]),
                  ("parameters", f"{self.parameters:,}"),
                  ("vocabulary", f"{self.vocab[0]:,} source, {self.vocab[1]:,} target "
-                                f"({vocab} {self.model_type})")]
+                                f"({vocab} {self.model_type})"),
+                 *([("tags", ", ".join(self.tags) + " (translate --tag)")] if self.tags else [])]
         training = [("updates", "not recorded")] if t is None else [
             ("updates", f"{t.updates:,}"), ("epoch", str(t.epoch)),
             ("training time", _duration(t.seconds)),
@@ -190,6 +192,7 @@ def model_info(path: str | Path) -> ModelInfo:
         vocab=(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size),
         joint=tokenizer.joint,
         model_type=recipe.tokenizer.model_type,
+        tags=tokenizer.tags,
         trained=bundle.trained,
         resumable=bundle.train_state is not None,
         data_fingerprints=dict(bundle.data_fingerprints),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -94,6 +95,8 @@ def test_translate_applies_a_tag_the_model_knows(mixed_run, mtkit_cli):
                        input=text)
     assert tagged.returncode == 0, tagged.stderr
     assert len(tagged.stdout.splitlines()) == 2
+    info = mtkit_cli(["info", model], cwd=root)
+    assert re.search(r"tags: +BT \(translate --tag\)", info.stdout), info.stdout
     wrong = mtkit_cli(["translate", "-m", model, "--tag", "NT"], cwd=root, input=text)
     assert wrong.returncode == 2 and wrong.stdout == ""
     assert wrong.stderr.strip().splitlines() == [

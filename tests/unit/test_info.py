@@ -88,7 +88,7 @@ def test_file_vocabulary_and_architecture(tmp_path, spm):
     assert info.langs == ("src", "tgt") and info.run is None
     data = json.loads(json.dumps(info.to_dict()))  # plain JSON values only
     assert data["vocabulary"] == {"src": VOCAB, "tgt": VOCAB, "joint": False,
-                                  "model_type": "unigram"}
+                                  "model_type": "unigram", "tags": []}
     assert data["file"]["bytes"] == path.stat().st_size
     assert rows(info)["vocabulary"] == "300 source, 300 target (separate unigram)"
     assert rows(info)["layers"] == "2 encoder, 2 decoder"
