@@ -160,6 +160,9 @@ class TokenizerConfig:
     # lines sampled for training; 0 = all
     input_sentence_size: int = field(default=1_000_000, metadata=between(0))
     seed: int = field(default=1, metadata=between(None))
+    # a SentencePiece model to use as it is instead of training one: a .model file (joint)
+    # or a tokenizer directory of a run (spm.model, or spm.src.model and spm.tgt.model)
+    model: Path | None = None
     # subword regularisation (Kudo 2018): > 0 segments the training text afresh each epoch,
     # drawing from the 16 best segmentations with p ~ P^sample_alpha (unigram models only);
     # dev and test never
@@ -169,7 +172,6 @@ class TokenizerConfig:
     model_fields: ClassVar[tuple[str, ...]] = (
         "model_type", "vocab_size", "joint", "character_coverage", "input_sentence_size", "seed",
     )
-
 
     def check(self) -> None:
         if self.sample_alpha and self.model_type != "unigram":
@@ -300,6 +302,9 @@ class Recipe:
     name: str = field(default="recipe", metadata={"internal": True})
 
     def check(self) -> None:
+        if self.train.init_from is not None and self.tokenizer.model is not None:
+            raise ValueError("tokenizer.model: train.init_from brings the parent's "
+                             "SentencePiece model; leave tokenizer.model out")
         if self.model.tie_embeddings == "all" and not self.tokenizer.joint:
             raise ValueError(
                 "model.tie_embeddings: 'all' needs tokenizer.joint: true "
@@ -449,6 +454,9 @@ def check_data_files(recipe: Recipe, where: str) -> None:
              for i, c in enumerate(recipe.data.train)]
     pairs += [("data.valid", recipe.data.valid)]
     pairs += [(f"data.test[{i}]", p) for i, p in enumerate(recipe.data.test)]
+    given = recipe.tokenizer.model
+    if given is not None and not given.exists():
+        raise ConfigError(f"{where}: tokenizer.model: not found: {given}")
     for key, pair in pairs:
         if pair is None:
             continue

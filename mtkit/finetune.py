@@ -13,12 +13,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .atomic import atomic_write_bytes
 from .checkpoint import Bundle, Parent, load_checkpoint
 from .config import Recipe, changed_fields
 from .errors import CheckpointError, ConfigError
 from .textio import file_fingerprint
-from .tokenizer import Tokenizer, load_recipe_tokenizer, model_paths
+from .tokenizer import Tokenizer, require_tags, write_tokenizer
 
 log = logging.getLogger("mtkit")
 
@@ -44,12 +43,7 @@ def load_parent(recipe: Recipe) -> tuple[Bundle, Parent]:
         raise ConfigError(f"train.init_from: {path} has {'one joint' if joint else 'separate'} "
                           f"SentencePiece model{'' if joint else 's'}: set tokenizer.joint: "
                           f"{str(joint).lower()}")
-    missing = [tag for tag in recipe.data.tags if tag not in bundle.tokenizer().tags]
-    if missing:
-        have = ", ".join(bundle.tokenizer().tags) or "none"
-        raise ConfigError(f"data.train: tag {missing[0]} is not in the SentencePiece model of "
-                          f"train.init_from {path} (its tags: {have}); a fine-tuned model "
-                          "can only use its parent's tags")
+    require_tags(bundle.tokenizer(), recipe.data.tags, f"train.init_from: {path}")
     return bundle, Parent(str(path), file_fingerprint(path))
 
 
@@ -62,9 +56,4 @@ def write_parent_tokenizer(recipe: Recipe, bundle: Bundle, out_dir: Path) -> Tok
     if differ:
         log.warning("train.init_from: the parent's SentencePiece model is used, not the "
                     "recipe's tokenizer section: %s", ", ".join(differ))
-    src_path, tgt_path = model_paths(out_dir, recipe.tokenizer.joint)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(src_path, bundle.spm_src)
-    if tgt_path is not None and bundle.spm_tgt is not None:
-        atomic_write_bytes(tgt_path, bundle.spm_tgt)
-    return load_recipe_tokenizer(out_dir, recipe.tokenizer.joint)
+    return write_tokenizer(bundle.tokenizer(), out_dir)

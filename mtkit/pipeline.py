@@ -32,7 +32,13 @@ from .plot import plot_available, plot_runs
 from .run import RunLock, RunPaths, training_complete
 from .runtime import resolve_device
 from .textio import file_fingerprint, read_json
-from .tokenizer import Tokenizer, load_recipe_tokenizer, train_recipe_tokenizer
+from .tokenizer import (
+    Tokenizer,
+    given_tokenizer,
+    load_recipe_tokenizer,
+    train_recipe_tokenizer,
+    write_tokenizer,
+)
 from .train import train
 from .translate import Translator
 
@@ -53,6 +59,7 @@ class PipelineRun:
     chosen: str = ""  # what model.pt is ("average" or a checkpoint's name), ditto
     scores: dict[str, Any] | None = None  # eval/scores.json, from the eval stage
     parent: tuple[Bundle, Parent] | None = None  # train.init_from, read and checked first
+    given_tokenizer: Tokenizer | None = None  # tokenizer.model, read and checked first
     _dev: DevSet | None = None
 
     def dev(self) -> DevSet:
@@ -72,6 +79,8 @@ def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
     run = PipelineRun(recipe, RunPaths(run_dir), resolve_device(device), restart)
     if recipe.train.init_from is not None:
         run.parent = load_parent(recipe)  # bad input ends here, before anything is written
+    if recipe.tokenizer.model is not None:
+        run.given_tokenizer = given_tokenizer(recipe)
     if not dist.is_main():
         dist.wait_for_main()  # until rank 0 holds the run directory
         _run_stages(run, until)
@@ -176,27 +185,35 @@ def tokenizer_stage(run: PipelineRun) -> None:
 
 
 def _tokenizer(run: PipelineRun) -> None:
+    """The run's SentencePiece model: the parent's (train.init_from), the one
+    tokenizer.model names, or one trained on the training text; each as it is kept."""
     recipe, out_dir = run.recipe, run.paths.tokenizer
     stamp_path = out_dir / "stamp.json"
-    if run.parent is not None:  # fine-tuning: the parent's SentencePiece model, as it is
+    if run.parent is not None:
         stamp: dict[str, Any] = {"init_from": run.parent[1].fingerprint}
+        kept, source = "the parent model's, unchanged", f"{run.parent[1].path} (train.init_from)"
+    elif run.given_tokenizer is not None:
+        stamp = {"model": run.given_tokenizer.fingerprint()}
+        kept, source = "tokenizer.model's, unchanged", f"{recipe.tokenizer.model} (tokenizer.model)"
     else:
         stamp = _tokenizer_stamp(recipe)
+        kept, source = "settings and training text unchanged", ""
     old = read_json(stamp_path)
     if old == stamp:
         try:
             run.tokenizer = load_recipe_tokenizer(out_dir, recipe.tokenizer.joint)
-            _skip("tokenizer", "the parent model's, unchanged" if run.parent else
-                  "settings and training text unchanged")
+            _skip("tokenizer", kept)
             return
         except Exception:  # noqa: BLE001 - a damaged model file is simply rebuilt
             old = None
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp_path.unlink(missing_ok=True)
     if run.parent is not None:
-        _run("tokenizer", f"taking the SentencePiece model of {run.parent[1].path} "
-             "(train.init_from)")
+        _run("tokenizer", f"taking the SentencePiece model of {source}")
         run.tokenizer = write_parent_tokenizer(recipe, run.parent[0], out_dir)
+    elif run.given_tokenizer is not None:
+        _run("tokenizer", f"taking the SentencePiece model of {source}")
+        run.tokenizer = write_tokenizer(run.given_tokenizer, out_dir)
     else:
         _run("tokenizer", "no tokenizer yet" if old is None
              else "settings or training text changed")

@@ -22,7 +22,7 @@ import sentencepiece as spm
 
 from .atomic import atomic_write_bytes
 from .config import Recipe
-from .errors import CheckpointError, DataError
+from .errors import CheckpointError, ConfigError, DataError
 from .textio import read_lines
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -385,6 +385,46 @@ def train_recipe_tokenizer(recipe: Recipe, out_dir: Path) -> Tokenizer:
         train_sentencepiece(srcs, out_dir / "spm.src", tags=recipe.data.tags, **options)
         train_sentencepiece(tgts, out_dir / "spm.tgt", **options)
     return load_recipe_tokenizer(out_dir, t.joint)
+
+
+def given_tokenizer(recipe: Recipe) -> Tokenizer:
+    """The SentencePiece model(s) tokenizer.model names, checked against the recipe (its
+    `joint` and its tags); ConfigError naming the key otherwise."""
+    path, joint = recipe.tokenizer.model, recipe.tokenizer.joint
+    if path is None:
+        raise ValueError("the recipe has no tokenizer.model")  # a bug: callers check
+    if path.is_dir():
+        src, tgt = model_paths(path, joint)
+    elif joint:
+        src, tgt = path, None
+    else:
+        raise ConfigError(f"tokenizer.model: {path} is one model; with tokenizer.joint: false "
+                          "name a directory holding spm.src.model and spm.tgt.model")
+    try:
+        tokenizer = Tokenizer.from_files(src, tgt)
+    except DataError as exc:
+        raise ConfigError(f"tokenizer.model: {exc}") from None
+    require_tags(tokenizer, recipe.data.tags, f"tokenizer.model: {src}")
+    return tokenizer
+
+
+def require_tags(tokenizer: Tokenizer, tags: tuple[str, ...], where: str) -> None:
+    """ConfigError unless a SentencePiece model made elsewhere holds the recipe's tags."""
+    missing = [tag for tag in tags if tag not in tokenizer.tags]
+    if missing:
+        raise ConfigError(f"{where} has no tag {missing[0]} (its tags: "
+                          f"{', '.join(tokenizer.tags) or 'none'}); a run can use only the "
+                          "tags of a SentencePiece model it did not train")
+
+
+def write_tokenizer(tokenizer: Tokenizer, out_dir: Path) -> Tokenizer:
+    """Write a tokenizer's model(s) into out_dir, byte for byte, as a run keeps them."""
+    src_path, tgt_path = model_paths(Path(out_dir), tokenizer.joint)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(src_path, tokenizer.src_bytes)
+    if tgt_path is not None:
+        atomic_write_bytes(tgt_path, tokenizer.tgt_bytes)
+    return load_recipe_tokenizer(out_dir, tokenizer.joint)
 
 
 def load_recipe_tokenizer(out_dir: Path, joint: bool) -> Tokenizer:

@@ -29,10 +29,10 @@ def split_corpus(root: Path) -> None:
 
 
 def corpora_recipe(root: Path, corpora: list[dict], train: dict | None = None,
-                   alpha: float = 0.0) -> Path:
+                   alpha: float = 0.0, tokenizer: dict | None = None) -> Path:
     split_corpus(root)
     path = bible_recipe(root, train={**TRAIN, **(train or {})},
-                        tokenizer={"vocab_size": 300, "sample_alpha": alpha},
+                        tokenizer={"vocab_size": 300, "sample_alpha": alpha, **(tokenizer or {})},
                         model={"max_positions": 256})  # every pair of the sample fits
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     raw["data"]["train"] = corpora
@@ -146,7 +146,7 @@ def test_adding_a_corpus_to_a_fine_tuning_run_encodes_only_that_one(tmp_path, mt
     corpora_recipe(child, tagged, train=init)
     refused = mtkit_cli(["train", "tiny.yaml", "--until", "train"], cwd=child)
     assert refused.returncode == 2
-    assert "tag BT is not in the SentencePiece model of train.init_from" in refused.stderr
+    assert f"train.init_from: {parent_model} has no tag BT (its tags: none)" in refused.stderr
 
 
 def test_the_back_translation_example_runs(tmp_path, mtkit_script):
@@ -166,3 +166,40 @@ def test_the_back_translation_example_runs(tmp_path, mtkit_script):
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["es-en", "es-en-bt"]
     assert all("test.es: BLEU" in line for line in lines), done.stdout
+
+
+def test_a_given_tokenizer_keeps_the_other_corpora_when_one_is_added(tmp_path, mtkit_cli):
+    """tokenizer.model: the run takes that SentencePiece model as it is, so adding a
+    corpus encodes only the new one."""
+    other = tmp_path / "other"
+    other.mkdir()
+    bible_recipe(other)
+    assert mtkit_cli(["train", "tiny.yaml", "--until", "tokenizer"], cwd=other).returncode == 0
+    given = other / "runs/tiny/tokenizer"
+    run = tmp_path / "run"
+    run.mkdir()
+    corpora_recipe(run, [MIXED[0]], tokenizer={"model": str(given)})
+    done = mtkit_cli(["train", "tiny.yaml", "--until", "binarize"], cwd=run)
+    assert done.returncode == 0, done.stderr
+    assert f"[tokenizer] running: taking the SentencePiece model of {given}" in done.stderr
+    kept = (run / "runs/tiny/tokenizer/spm.model").read_bytes()
+    assert kept == (given / "spm.model").read_bytes()
+    corpora_recipe(run, [MIXED[0], {"src": "b.es", "tgt": "b.en"}],
+                   tokenizer={"model": str(given)})
+    done = mtkit_cli(["train", "tiny.yaml", "--until", "binarize"], cwd=run)
+    assert done.returncode == 0, done.stderr
+    assert "[tokenizer] skipped: tokenizer.model's, unchanged" in done.stderr
+    assert "binarize train-1 (a.es): unchanged, kept: 200 lines" in done.stderr
+
+    fresh = tmp_path / "fresh"  # bad input: one line, exit 2, nothing written
+    fresh.mkdir()
+    corpora_recipe(fresh, MIXED, tokenizer={"model": str(given)})
+    refused = mtkit_cli(["train", "tiny.yaml"], cwd=fresh)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"mtkit: error: tokenizer.model: {given / 'spm.model'} has no tag BT (its tags: none); "
+        "a run can use only the tags of a SentencePiece model it did not train"]
+    corpora_recipe(fresh, [MIXED[0]], tokenizer={"model": str(tmp_path / "nope.model")})
+    missing = mtkit_cli(["train", "tiny.yaml"], cwd=fresh)
+    assert missing.returncode == 2 and "tokenizer.model: not found" in missing.stderr
+    assert not (fresh / "runs").exists()

@@ -378,3 +378,11 @@ def test_sample_alpha_is_between_0_and_1(tmp_path):
                      "expected between 0.0 and 1.0")
     with pytest.raises(ConfigError, match="data.train: list at least one corpus"):
         load_recipe(write_recipe(tmp_path, "data: {train: []}\n"))
+
+
+def test_tokenizer_model_and_init_from_exclude_each_other(tmp_path):
+    (tmp_path / "m.model").write_bytes(b"")
+    (tmp_path / "p.pt").write_bytes(b"")
+    path, error = load_error(tmp_path, "tokenizer: {model: m.model}\ntrain: {init_from: p.pt}")
+    assert error == (f"{path}: tokenizer.model: train.init_from brings the parent's "
+                     "SentencePiece model; leave tokenizer.model out")
