@@ -71,7 +71,8 @@ def worker(steps: int, warmup: int) -> None:
             dist.wait_for_main()
             start, tokens, bucket_times[:] = time.perf_counter(), 0.0, []
         group = trainer._next_group()
-        tokens += sum(float(trainer.train_data.tgt_lens[i].sum() + len(i)) for _, i in group)
+        data = trainer.training.epoch(trainer.sampler.epoch)
+        tokens += sum(float(data.lengths(i)[1].sum() + len(i)) for _, i in group)
         trainer._update(group, meter)
     seconds = time.perf_counter() - start
     result = {"processes": dist.world_size(), "threads_per_process": torch.get_num_threads(),

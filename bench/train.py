@@ -88,9 +88,9 @@ def run(precision: str, compile: bool, steps: int, warmup: int, data: Path,
             start, tokens, flops = time.perf_counter(), 0.0, 0.0
             meter.flush()
         group = trainer._next_group()
+        data = trainer.training.epoch(trainer.sampler.epoch)
         for _, indices in group:
-            src_lens = torch.from_numpy(trainer.train_data.src_lens[indices]) + 1
-            tgt_lens = torch.from_numpy(trainer.train_data.tgt_lens[indices]) + 1
+            src_lens, tgt_lens = (torch.from_numpy(n) + 1 for n in data.lengths(indices))
             tokens += float(tgt_lens.sum())
             flops += 3 * forward_flops(shape["d_model"], shape["ffn_dim"],
                                        tokenizer.tgt_vocab_size, shape["enc_layers"],

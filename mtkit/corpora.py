@@ -87,6 +87,11 @@ class EpochData:
         corpus, j = self._find(i)
         return self.sources[corpus][1](j)
 
+    def lengths(self, indices: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The (src, tgt) token counts of the pairs at `indices`, each (len(indices),)."""
+        return (np.array([len(self.src(i)) for i in indices], dtype=np.int64),
+                np.array([len(self.tgt(i)) for i in indices], dtype=np.int64))
+
 
 class TrainingSet:
     """The recipe's training corpora in a binarised data directory, epoch by epoch."""

@@ -63,6 +63,10 @@ def test_weights_set_each_corpus_count_a_fresh_sample_each_epoch(corpora, prepar
     assert not np.array_equal(np.sort(second), np.sort(first.items))  # another half
     again = TrainingSet(data_dir, recipe(corpora), tokenizer).epoch(1).items
     assert np.array_equal(again, first.items)  # (seed, epoch) decides it
+    src_lens, tgt_lens = first.lengths([0, 250])
+    parts = training.parts
+    assert src_lens.tolist() == [parts[0].src_lens[0], parts[1].src_lens[50]]
+    assert tgt_lens.tolist() == [parts[0].tgt_lens[0], parts[1].tgt_lens[50]]
 
 
 def test_one_corpus_batches_as_before(corpora, tmp_path):
