@@ -5,10 +5,13 @@ Decodes the first --lines test sentences one at a time and splits the wall time 
 - model step: the decoder step and log_softmax (`_Ensemble.log_probs`),
 - search bookkeeping: everything else in the search loop (top-k, finished/alive masks,
   cache reordering, the stop check), plus tokenisation and detokenisation.
-A second pass under torch.profiler sums the self time of every aten operator: what is left
-of the wall time is Python and dispatcher overhead, spent between kernels.
+A second pass under torch.profiler (the first --profile-lines lines) sums the self time of
+every aten operator: what is left of the wall time is Python and dispatcher overhead,
+spent between kernels.
 
-    python bench/decode_profile.py --model runs/bible-es-en/model.pt [--beam 5]
+    python bench/decode_profile.py --model runs/bible-es-en/model.pt [--beam 5] [--stop early]
+
+(--stop: the recipe's rule unless given; the Bible recipe's is exact.)
 """
 
 from __future__ import annotations
@@ -62,13 +65,18 @@ def main() -> None:
     parser = decoding_parser(__doc__)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--lines", type=int, default=50)
+    parser.add_argument("--stop", choices=search.STOP_RULES, default=None)
+    parser.add_argument("--profile-lines", type=int, default=20,
+                        help="Lines of the profiled pass (it holds every event in memory: "
+                        "60 lines of beam 5 took 13 GB).")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     engine = TorchEngine.load([args.model], device)
     models = engine.models
     lines = list(read_lines(BIBLE / "test.es"))[: args.lines]
-    settings = dataclasses.replace(engine.recipe.decode, beam=args.beam, nbest=1)
+    settings = dataclasses.replace(engine.recipe.decode, beam=args.beam, nbest=1,
+                                   stop=args.stop or engine.recipe.decode.stop)
     translator = Translator(engine, settings, max_tokens=4096)
     translator.translate(lines[:2])  # warm-up: first-call allocations
 
@@ -81,9 +89,11 @@ def main() -> None:
         wall = time.perf_counter() - start
     tokens = translator.stats.tokens - tokens_before
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    profiled = lines[: args.profile_lines]
+    with Stopwatch(search._Ensemble, "log_probs") as profiled_steps, \
+            profile(activities=[ProfilerActivity.CPU]) as prof:
         profiled_start = time.perf_counter()
-        for line in lines:
+        for line in profiled:
             translator.translate([line])
         profiled_wall = time.perf_counter() - profiled_start
     events = prof.key_averages()
@@ -95,7 +105,7 @@ def main() -> None:
 
     search_s = wall - encoder.seconds - step.seconds
     record("decode_profile", {
-        "search": "greedy" if args.beam == 1 else f"beam {args.beam}",
+        "search": "greedy" if args.beam == 1 else f"beam {args.beam}, stop {settings.stop}",
         "lines": len(lines),
         "ms_per_sentence": round(1000 * wall / len(lines), 1),
         "steps_per_sentence": round(step.calls / len(lines), 1),
@@ -104,7 +114,8 @@ def main() -> None:
         "share_encoder": round(encoder.seconds / wall, 3),
         "share_model_step": round(step.seconds / wall, 3),
         "share_search_bookkeeping": round(search_s / wall, 3),
-        "aten_ops_per_step": round(op_calls / step.calls, 1),
+        "aten_ops_per_step": round(op_calls / profiled_steps.calls, 1),
+        "profiled_lines": len(profiled),
         "share_in_aten_kernels": round(kernel_us / 1e6 / profiled_wall, 3),
         "top_ops_ms": {e.key: round(e.self_cpu_time_total / 1000, 1) for e in top},
         "model": str(args.model), "threads": args.threads,

@@ -8,6 +8,7 @@ beam rows. `reorder` follows the search as it re-ranks hypotheses and drops sent
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -23,9 +24,9 @@ class DecoderCache:
     shared by its beam rows (see CrossAttention).
     """
 
-    self_kv: list[Tensor]  # per decoder layer, (2, R, H, max_len, dh): K and V stacked;
-    # the first `rows` of R are in use, positions < step are valid
-    spare_kv: list[Tensor]  # same shapes: where reorder gathers rows into; then they swap
+    self_kv: Tensor  # (layers, 2, R, H, max_len, dh): every layer's K and V in one tensor,
+    # so one gather reorders them all; the first `rows` of R are in use, positions < step
+    spare_kv: Tensor  # the same shape: where reorder gathers rows into; then they swap
     rows: int  # hypotheses in use = sentences * beam
     beam: int
     cross_k: list[Tensor]  # per decoder layer, (n, H, S, dh); fixed for the whole search
@@ -33,15 +34,11 @@ class DecoderCache:
     src_keep: Tensor | None  # (n, 1, 1, S) True where attention may look; None = no padding
     max_len: int  # how many decode_step calls the buffers hold
     step: int = 0  # positions decoded so far = position of the next token
+    weights: Any = None  # the model's weights as decode_step reads them (model.step_weights)
 
     @property
     def sentences(self) -> int:
         return self.cross_k[0].size(0)
-
-    def self_cache(self, layer: int) -> tuple[Tensor, Tensor]:
-        """Layer's K and V buffers for the rows in use, each (rows, H, max_len, dh)."""
-        kv = self.self_kv[layer]
-        return kv[0, : self.rows], kv[1, : self.rows]
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep row rows[i] as new row i; `sentences` (kept sentence indices, in order)
@@ -56,8 +53,8 @@ class DecoderCache:
         if rows.numel() != kept * self.beam:
             raise ValueError(f"reorder needs {kept} x {self.beam} rows, got {rows.numel()}")
         used, count = self.step, rows.numel()
-        for kv, spare in zip(self.self_kv, self.spare_kv, strict=True):
-            torch.index_select(kv[:, :, :, :used], 1, rows, out=spare[:, :count, :, :used])
+        torch.index_select(self.self_kv[..., :used, :], 2, rows,
+                           out=self.spare_kv[:, :, :count, :, :used])
         self.self_kv, self.spare_kv, self.rows = self.spare_kv, self.self_kv, count
         if sentences is not None:
             self.cross_k = [t.index_select(0, sentences) for t in self.cross_k]

@@ -290,7 +290,10 @@ def translate(
     max_len_b: int | None = typer.Option(None, "--max-len-b"),
     max_tokens: int = typer.Option(4096, "--max-tokens", help="Source tokens per batch."),
     device: str = DeviceOpt,
-    threads: int = ThreadsOpt,
+    threads: int = typer.Option(
+        0, "--threads", help="CPU threads. 0: chosen per batch (CTranslate2: one thread for "
+        "small batches, all cores for large; torch: all cores). N: N intra-op threads."
+    ),
     input_file: Path | None = typer.Option(None, "--input", help="Read this file, not stdin."),
     output_file: Path | None = typer.Option(None, "--output", help="Write here, not stdout."),
     scores: bool = typer.Option(False, "--scores", help="Append TAB + hypothesis score."),

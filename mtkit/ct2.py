@@ -155,29 +155,72 @@ def _np(tensor: torch.Tensor) -> np.ndarray:
 # --------------------------------------------------------------------------- decoding
 
 
+# Threads. A CTranslate2 translator fixes its threads when it is loaded: `inter_threads`
+# workers, each decoding one batch at a time with `intra_threads` OpenMP threads. Spread
+# over cores, OpenMP threads pay off only when a batch has enough rows to share out. On
+# the 2-core test machine (bench/engines.py, Bible model, beam 5) one verse took 24.2 ms
+# at 1 thread and 71.6 ms at 2 with int8, 55.5 and 75.3 ms with float32; the 991 test
+# verses in 4096-token batches ran at 47.7 sentences/s on 1 thread and 87.5 on 2
+# (float32). So by default (threads 0) a small batch runs on one thread, with a worker
+# per core for calls made at the same time, and a large batch gets every core intra-op.
+# `--threads N` sets N intra-op threads for every batch (one worker).
+LARGE_BATCH = 16  # sentences from which a batch gets every core intra-op (not tuned)
+
+
+def choose_threads(sentences: int, cores: int, threads: int = 0) -> tuple[int, int]:
+    """(inter_threads, intra_threads) for a batch of `sentences` on `cores` usable cores;
+    `threads` > 0 is the user's choice of intra-op threads."""
+    if threads > 0:
+        return 1, threads
+    if sentences >= LARGE_BATCH:
+        return 1, cores
+    return cores, 1
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 class CTranslate2Engine:
-    """An `engine.Engine` that decodes with an exported CTranslate2 model."""
+    """An `engine.Engine` that decodes with an exported CTranslate2 model.
+
+    Threads per batch by `choose_threads`: one translator per setting in use, loaded when
+    first needed (the small-batch one at once, so the first sentence does not wait).
+    """
 
     name = "ctranslate2"
     stop_rules = ("early",)  # CTranslate2 ends a sentence once its n-best have finished
 
     def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0):
-        ctranslate2 = _ctranslate2()
-        self.translator = ctranslate2.Translator(
-            str(model_dir), device=device, inter_threads=1, intra_threads=threads
-        )
+        self.model_dir, self.device, self.threads = model_dir, device, threads
+        self.cores = usable_cores()
+        self._translators: dict[tuple[int, int], object] = {}
+        self.translator_for(1)
         self.tokenizer = load_exported_tokenizer(model_dir)
         self.recipe = load_exported_recipe(model_dir)
         self.max_source = self.recipe.model.max_positions - 1
         self.src_pieces = self.tokenizer.pieces("src")
         self.tgt_ids = {piece: i for i, piece in enumerate(self.tokenizer.pieces("tgt"))}
 
+    def translator_for(self, sentences: int):
+        """The translator with the thread setting for a batch of `sentences`."""
+        inter, intra = choose_threads(sentences, self.cores, self.threads)
+        if self.device != "cpu":  # one worker on the GPU; its CPU threads as given
+            inter, intra = 1, self.threads
+        translator = self._translators.get((inter, intra))
+        if translator is None:
+            translator = _ctranslate2().Translator(
+                str(self.model_dir), device=self.device, inter_threads=inter,
+                intra_threads=intra)
+            self._translators[inter, intra] = translator
+        return translator
+
     def search(self, sources: list[list[int]], opts: DecodeConfig) -> list[list[Hypothesis]]:
         tokens = [[self.src_pieces[i] for i in ids] for ids in sources]
         # CTranslate2 caps lengths per batch, not per sentence: take the batch's largest cap
         longest = max(len(ids) for ids in sources)
         cap = min(int(opts.max_len_a * longest + opts.max_len_b), self.max_source)
-        results = self.translator.translate_batch(
+        results = self.translator_for(len(sources)).translate_batch(
             tokens,
             beam_size=opts.beam,
             length_penalty=opts.lenpen,

@@ -123,7 +123,8 @@ class _Ensemble:
     def __init__(self, models: list[SearchModel], src: Tensor, steps: int, beam: int,
                  use_cache: bool, never: tuple[int, ...]) -> None:
         self.models = models
-        self.never = list(never)  # token ids the search must not produce
+        # token ids the search must not produce, as one index tensor: masking them is one op
+        self.never = torch.tensor(never, dtype=torch.long, device=src.device)
         encoded = [m.encode(src) for m in models]  # [(memory (B,S,D), src_pad_mask (B,S))]
         if use_cache:
             # The caches keep what decoding needs of the source (the projected memory).
@@ -145,9 +146,7 @@ class _Ensemble:
                       for m, (mem, mask) in zip(self.models, self.encoded, strict=True)]
         lprobs = [x.float().log_softmax(dim=-1) for x in logits]
         lprobs = lprobs[0] if len(lprobs) == 1 else torch.stack(lprobs).mean(dim=0)
-        for token in self.never:  # scalar indices: a list would be copied to the device
-            lprobs[:, token] = NEG_INF
-        return lprobs
+        return lprobs.index_fill_(1, self.never, NEG_INF)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Row i becomes old row rows[i] in every model's state; `sentences` lists the
@@ -291,6 +290,7 @@ class _Beams:
     logprob: Tensor  # (n, beam) summed log-probs; -inf marks an unused beam
     seqs: Tensor  # (n*beam, steps+1) BOS + tokens so far
     finished: _Finished  # the sentences' n-best so far
+    offsets: Tensor  # (n, 1) each sentence's first row: 0, beam, 2*beam, ...
 
     @classmethod
     def start(cls, caps: Tensor, beam: int, nbest: int, steps: int, bos: int,
@@ -301,13 +301,17 @@ class _Beams:
         seqs = torch.full((n * beam, steps + 1), pad, dtype=torch.long, device=device)
         seqs[:, 0] = bos
         return cls(torch.arange(n, device=device), caps, logprob, seqs,
-                   _Finished.empty(n, nbest, steps, device))
+                   _Finished.empty(n, nbest, steps, device), _offsets(n, beam, device))
 
     def select(self, keep: Tensor) -> _Beams:
         beam = self.logprob.size(1)
         seqs = self.seqs.view(-1, beam, self.seqs.size(1))[keep].view(-1, self.seqs.size(1))
         return _Beams(self.rows[keep], self.caps[keep], self.logprob[keep], seqs,
-                      self.finished.select(keep))
+                      self.finished.select(keep), _offsets(keep.numel(), beam, keep.device))
+
+
+def _offsets(n: int, beam: int, device: torch.device) -> Tensor:
+    return torch.arange(n, device=device).unsqueeze(1) * beam  # (n, 1)
 
 
 def _top_candidates(logprob: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -321,31 +325,36 @@ def _top_candidates(logprob: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor
     return value, index // vocab, index % vocab
 
 
-def _beam_rows(source_beam: Tensor, beam: int) -> Tensor:
-    """(n, k) beam index within each sentence -> (n*k,) row in the (n*beam)-row tensors."""
-    offsets = torch.arange(source_beam.size(0), device=source_beam.device).unsqueeze(1) * beam
-    return (offsets + source_beam).view(-1)
-
-
 def _finishing(beams: _Beams, cand: tuple[Tensor, Tensor, Tensor], t: int, eos: int, pad: int,
-               lenpen: float) -> _Finished:
+               lenpen: float) -> _Finished | None:
     """The candidates that end at step t: by EOS, or by reaching the sentence's cap.
 
     Only the top `beam` candidates may end, as only they would be in the beam: an EOS
     ranked below the beam is ignored. So beam=1 walks the greedy path and, with lenpen=0,
     stops where greedy stops (with lenpen > 0 it may go on past greedy's EOS when a longer
     ending could still score better per term).
+
+    None when on the CPU none ends (most steps of a short batch): merging a table of -inf
+    scores changes nothing, and asking costs the CPU no wait, so the step skips the copy
+    and the merge. (On a GPU the question would be a second wait per step.)
     """
     beam = beams.logprob.size(1)
     value, source, token = (x[:, :beam] for x in cand)  # (n, beam)
     ended = token == eos
     ends = (ended | (beams.caps <= t + 1).unsqueeze(1)) & value.isfinite()
+    if _nothing_ends(ends):
+        return None
     # Whether by EOS (t tokens + EOS) or at the cap (t + 1 tokens): t + 1 terms.
     score = torch.where(ends, value / (t + 1) ** lenpen, NEG_INF)
     # (n, beam, steps): the source beam's tokens (a copy, BOS dropped) + the new one
-    seqs = beams.seqs[_beam_rows(source, beam)].view(*source.shape, -1)[:, :, 1:]
+    seqs = beams.seqs[(beams.offsets + source).view(-1)].view(*source.shape, -1)[:, :, 1:]
     seqs[:, :, t] = torch.where(ended, pad, token)
     return _Finished(score, value, seqs, t + 1 - ended.long())
+
+
+def _nothing_ends(ends: Tensor) -> bool:
+    """True when it is known without waiting for a device that no candidate ends."""
+    return ends.device.type == "cpu" and not bool(ends.any())
 
 
 def _advance(beams: _Beams, cand: tuple[Tensor, Tensor, Tensor], t: int,
@@ -357,11 +366,11 @@ def _advance(beams: _Beams, cand: tuple[Tensor, Tensor, Tensor], t: int,
     (n*beam,) rows they come from (for reordering the decoder state).
     """
     value, source, token = cand  # (n, 2*beam)
-    beam, count = beams.logprob.size(1), value.size(1)
-    # Move EOS candidates behind all others; the rest keep their best-first order.
-    order = torch.arange(count, device=value.device) + (token == eos).long() * count
-    pick = order.argsort(dim=1)[:, :beam]  # (n, beam)
-    rows = _beam_rows(source.gather(1, pick), beam)
+    beam = beams.logprob.size(1)
+    # EOS candidates behind all others, the rest in their best-first order: a stable sort
+    # of the EOS flags.
+    pick = (token == eos).sort(dim=1, stable=True).indices[:, :beam]  # (n, beam)
+    rows = (beams.offsets + source.gather(1, pick)).view(-1)  # (n*beam,) source rows
     seqs = beams.seqs[rows]
     seqs[:, t + 1] = token.gather(1, pick).view(-1)
     return value.gather(1, pick), seqs, rows
@@ -445,10 +454,11 @@ def beam_search(
         n = beams.rows.numel()
         lprobs = dec.log_probs(beams.seqs, t).view(n, beam, -1)  # (n, beam, V)
         cand = _top_candidates(beams.logprob, lprobs, 2 * beam)
-        finished = beams.finished.merge(_finishing(beams, cand, t, eos, pad, lenpen))
+        ending = _finishing(beams, cand, t, eos, pad, lenpen)
+        finished = beams.finished if ending is None else beams.finished.merge(ending)
         logprob, seqs, rows = _advance(beams, cand, t, eos)
         done = _sentence_done(finished, logprob, beams.caps, t, lenpen, stop)
-        beams = _Beams(beams.rows, beams.caps, logprob, seqs, finished)
+        beams = _Beams(beams.rows, beams.caps, logprob, seqs, finished, beams.offsets)
         keep = (~done).nonzero().squeeze(1)  # the step's one host-device sync
         if keep.numel() == n:
             dec.reorder(rows)

@@ -10,7 +10,7 @@ import torch
 
 from mtkit.config import ModelConfig
 from mtkit.loss import label_smoothed_nll
-from mtkit.model import Transformer, attention, sinusoidal_positions
+from mtkit.model import StepLinear, Transformer, attention, sinusoidal_positions
 
 PAD, BOS, VOCAB = 0, 1, 23
 TINY = ModelConfig(
@@ -187,6 +187,55 @@ def test_decode_step_attention_equals_the_fused_kernel(rows, queries):
     for mask in (None, keep):
         expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         torch.testing.assert_close(attention(q, k, v, mask, 0.0), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 70])
+@pytest.mark.parametrize("bias", [True, False])
+def test_step_linear_equals_the_module(rows, bias):
+    """decode_step's linears (the weight held transposed on the CPU) compute nn.Linear."""
+    linear = torch.nn.Linear(16, 48, bias=bias)
+    x = torch.randn(rows, 16)
+    step = StepLinear(linear)
+    assert step.transposed and step.weight.shape == (16, 48) and step.weight.is_contiguous()
+    with torch.no_grad():
+        torch.testing.assert_close(step(x), linear(x), atol=1e-5, rtol=0)
+
+
+def test_step_weights_follow_changes_to_the_weights():
+    """decode_step reads weights gathered once; an optimizer step, load_state_dict or a
+    replaced parameter must reach it, and unchanged weights must not be gathered again."""
+    model = make_model()
+    src, tgt = tokens(4, 7), tokens(5, 5)
+    tgt[:, 0] = BOS
+
+    def stepped_and_full() -> tuple[torch.Tensor, torch.Tensor]:
+        model.eval()
+        with torch.inference_mode():
+            memory, pad = model.encode(src)
+            cache = model.init_cache(memory, pad, max_len=5)
+            return step_through(model, cache, tgt), model.decode(tgt, memory, pad)
+
+    before, _ = stepped_and_full()
+    assert model.step_weights() is model.step_weights()  # gathered once
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    loss, _, _ = label_smoothed_nll(model(src, tgt), tgt, 0.0, PAD)
+    loss.backward()
+    optimizer.step()
+    after, full = stepped_and_full()
+    assert not torch.allclose(after, before, atol=1e-3)
+    torch.testing.assert_close(after, full, atol=1e-5, rtol=0)
+
+    other = make_model()  # the initial weights again
+    with torch.no_grad():
+        other.decoder[0].ffn.w_out.weight.mul_(2)
+    model.load_state_dict(other.state_dict())
+    stepped, full = stepped_and_full()
+    torch.testing.assert_close(stepped, full, atol=1e-5, rtol=0)
+
+    model.decoder[1].cross_attn.out.weight = torch.nn.Parameter(torch.zeros(16, 16))
+    stepped, full = stepped_and_full()
+    torch.testing.assert_close(stepped, full, atol=1e-5, rtol=0)
 
 
 def test_full_cache_and_long_cache_are_errors():

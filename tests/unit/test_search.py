@@ -24,6 +24,7 @@ from builders import (
     table,
 )
 
+from mtkit import search
 from mtkit.search import (
     Hypothesis,
     beam_search,
@@ -207,6 +208,20 @@ def test_cached_equals_uncached_scripted(lenpen):
     assert greedy_search([model], src) == greedy_search([model], src, use_cache=False)
     cached = beam_search([model], src, beam=3, nbest=3, lenpen=lenpen)
     assert cached == beam_search([model], src, beam=3, nbest=3, lenpen=lenpen, use_cache=False)
+
+
+@pytest.mark.parametrize("stop", ["early", "exact"])
+def test_skipping_steps_where_nothing_ends_changes_nothing(stop, monkeypatch):
+    """On the CPU a step where no candidate ends skips the n-best merge; searching with
+    the merge at every step (as on a GPU) must give exactly the same hypotheses."""
+    src = sources(A, B, C, D, UNK)
+    for seed, lenpen in ((6, 0.0), (7, 1.0), (8, 0.6)):
+        model = ScriptedModel(random_probs(seed))
+        skipping = beam_search([model], src, beam=3, nbest=2, lenpen=lenpen, stop=stop)
+        with monkeypatch.context() as patch:
+            patch.setattr(search, "_nothing_ends", lambda ends: False)
+            merging = beam_search([model], src, beam=3, nbest=2, lenpen=lenpen, stop=stop)
+        assert skipping == merging
 
 
 def test_beam_one_is_greedy_scripted():
