@@ -187,6 +187,7 @@ def _binarize_split(
     limits: tuple[int, float] | None,  # (max_len, max_ratio) for filtered splits
     total_lines: int,  # for the progress bar
     tag: str | None,
+    files: tuple[SourceFile, SourceFile],  # src and tgt as fingerprinted before encoding
 ) -> SplitInfo:
     writers = [_SideWriter(out / f"{split}.{side}", dtype) for side in SIDES]
     kept_lines = open(out / f"{split}.lines", "wb")
@@ -218,8 +219,8 @@ def _binarize_split(
         tgt_tokens=writers[1].tokens,
         filtered=limits is not None,
         dropped=dropped,
-        src=_source(src),
-        tgt=_source(tgt),
+        src=files[0],
+        tgt=files[1],
         tag=tag,
     )
 
@@ -229,15 +230,15 @@ def _source(path: Path) -> SourceFile:
 
 
 def _reusable(old: Manifest | None, old_dir: Path, dtype: np.dtype, tokenizer: str,
-              filters: tuple[int, float], src: Path, tgt: Path, tag: str | None,
-              filtered: bool) -> tuple[str, SplitInfo] | None:
+              filters: tuple[int, float], files: tuple[SourceFile, SourceFile],
+              tag: str | None, filtered: bool) -> tuple[str, SplitInfo] | None:
     """A split of the old directory made from the same files in the same way, if any:
     (its name, its info)."""
     if old is None or (old.dtype, old.tokenizer) != (dtype.name, tokenizer):
         return None
     if filtered and (old.max_len, old.max_ratio) != filters:
         return None
-    fingerprints = (file_fingerprint(src), file_fingerprint(tgt))
+    fingerprints = (files[0].fingerprint, files[1].fingerprint)
     for name, info in old.splits.items():
         if ((info.src.fingerprint, info.tgt.fingerprint) == fingerprints
                 and (info.tag, info.filtered) == (tag, filtered)
@@ -305,15 +306,16 @@ def binarize(
         for name, (src, tgt) in splits.items():
             limits = (max_len, max_ratio) if name in filter_splits else None
             tag = tags.get(name)
+            files = (_source(src), _source(tgt))  # each file read once to fingerprint it
             same = _reusable(old, out_dir, dtype, tokenizer.fingerprint(), (max_len, max_ratio),
-                             src, tgt, tag, limits is not None)
+                             files, tag, limits is not None)
             if same is not None:
                 _link_split(out_dir, same[0], partial, name)
-                split = dataclasses.replace(same[1], src=_source(src), tgt=_source(tgt))
+                split = dataclasses.replace(same[1], src=files[0], tgt=files[1])
                 reused = "unchanged, kept: "
             else:
                 split = _binarize_split(name, src, tgt, encoder, partial, dtype, limits,
-                                        lines[name], tag)
+                                        lines[name], tag, files)
                 reused = ""
             summary = split.describe(max_len, max_ratio)
             print(f"binarize {name} ({src.name}): {reused}{summary}", file=sys.stderr)

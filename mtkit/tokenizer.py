@@ -199,6 +199,7 @@ class Tokenizer:
         self._src = _load_processor(self._src_bytes, names[0])
         self._tgt = self._src if tgt is None else _load_processor(self._tgt_bytes, names[1])
         self.source_tag: int | None = None  # id put before every encoded source line
+        self._piece_scores: dict[spm.SentencePieceProcessor, np.ndarray] = {}  # for sampling
 
     @classmethod
     def from_files(cls, src_model: Path, tgt_model: Path | None = None) -> Tokenizer:
@@ -271,7 +272,9 @@ class Tokenizer:
                 sampling: Sampling | None) -> list[list[int]]:
         if sampling is None:
             return proc.encode(list(lines), out_type=int, num_threads=self._spm_threads())
-        return _sample_segmentations(proc, list(lines), sampling)
+        if proc not in self._piece_scores:  # read once, not for every chunk of an epoch
+            self._piece_scores[proc] = _piece_scores(proc)
+        return _sample_segmentations(proc, list(lines), sampling, self._piece_scores[proc])
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Ids to text; special ids (< 4: pad, unk, bos, eos) are left out."""
@@ -314,14 +317,14 @@ SAMPLE_NBEST = 16
 
 
 def _sample_segmentations(proc: spm.SentencePieceProcessor, lines: list[str],
-                          sampling: Sampling) -> list[list[int]]:
+                          sampling: Sampling, piece_scores: np.ndarray) -> list[list[int]]:
     nbests = proc.nbest_encode(lines, nbest_size=SAMPLE_NBEST, out_type=int)
     segments = [seg for nbest in nbests for seg in nbest]
     lens = np.fromiter(map(len, segments), dtype=np.int64, count=len(segments))
     flat = np.fromiter(itertools.chain.from_iterable(segments), dtype=np.int64,
                        count=int(lens.sum()))
     # a unigram model's log P(segmentation) is the sum of its pieces' scores
-    cumulative = np.concatenate([[0.0], np.cumsum(_piece_scores(proc)[flat])])
+    cumulative = np.concatenate([[0.0], np.cumsum(piece_scores[flat])])
     ends = np.cumsum(lens)
     log_p = cumulative[ends] - cumulative[ends - lens]  # (segments,)
     # Gumbel-max: the argmax of alpha * log P + Gumbel noise is a draw from the softmax
