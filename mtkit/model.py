@@ -514,9 +514,9 @@ class Transformer(nn.Module):
         """The decoder's weights as decode_step reads them, gathered once and reused.
 
         They are rebuilt whenever a decoder weight has changed since: replaced (another
-        tensor) or written in place (an optimizer step, load_state_dict, the EMA swap all
-        bump a tensor's version counter). Writes that bypass the counter (`p.data.copy_`)
-        are not seen; mtkit makes none.
+        tensor) or written in place (load_state_dict and the EMA swap bump a tensor's
+        version counter). Writes that bypass the counter are not seen: `p.data.copy_`, and
+        fused AdamW's step, after which the trainer calls `weights_changed`.
         """
         tensors = [*self.decoder.parameters(), *self.decoder.buffers(),
                    *self.dec_norm.parameters(), *self.out_proj.parameters(),
@@ -530,6 +530,11 @@ class Transformer(nn.Module):
                 cached = DecoderStepWeights(self, key)
             self._step_weights = cached
         return cached
+
+    def weights_changed(self) -> None:
+        """Say that weights were written where their version counter does not show it:
+        the next step_weights call rebuilds them."""
+        self._step_weights = None
 
     def init_cache(
         self, memory: Tensor, src_pad_mask: Tensor, max_len: int, beam: int = 1

@@ -252,3 +252,21 @@ def test_the_weight_average_resumes_bit_identically_and_is_validated(tmp_path):
     records = metrics_records(run, "valid")
     assert [r["step"] for r in records] == [6, 12]
     assert all(r["ema_loss"] > 0 and "ema_bleu" in r for r in records)
+
+
+def test_the_decoder_follows_the_optimizer_between_validations(tmp_path):
+    """Fused AdamW writes the weights without bumping their version counters; decode_step,
+    whose weights validation gathered at step 4, must still see step 8's."""
+    path = bible_recipe(tmp_path, train={"max_steps": 8, "valid_every": 4, "save_every": 4})
+    recipe = load_recipe(path)
+    run = tmp_path / "run"
+    tokenizer, fingerprints = prepare(recipe, run)
+    trainer = Trainer(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    trainer.fit()
+    model = trainer.model.eval()
+    src = torch.tensor([[5, 6, 7, 3]])  # three tokens and EOS
+    with torch.inference_mode():
+        memory, mask = model.encode(src)
+        step = model.decode_step(torch.tensor([2]), model.init_cache(memory, mask, 1))
+        whole = model.decode(torch.tensor([[2]]), memory, mask)[:, -1]  # BOS only
+    torch.testing.assert_close(step, whole.float())
