@@ -21,6 +21,7 @@ The search sees the model only through the `search.SearchModel` protocol: ``enco
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -212,14 +213,20 @@ class FeedForward(nn.Module):
         xavier_(self.w_out)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.w_in(x)  # (B, T, ffn) or (B, T, 2*ffn)
-        if self.swiglu:
-            gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
-        else:
-            # In place is safe: the linear's backward needs its input, not its output.
-            h = F.relu(h, inplace=True)
-        return self.w_out(h)  # (B, T, D)
+        return feed_forward(x, self.w_in, self.w_out, self.swiglu)
+
+
+def feed_forward(x: Tensor, w_in: Callable[[Tensor], Tensor], w_out: Callable[[Tensor], Tensor],
+                 swiglu: bool) -> Tensor:
+    """(..., D) -> (..., D) through the two linears (modules, or decode_step's StepLinears)."""
+    h = w_in(x)  # (..., ffn) or (..., 2*ffn)
+    if swiglu:
+        gate, up = h.chunk(2, dim=-1)
+        h = F.silu(gate) * up
+    else:
+        # In place is safe: the linear's backward needs its input, not its output.
+        h = F.relu(h, inplace=True)
+    return w_out(h)  # (..., D)
 
 
 # --------------------------------------------------------------------------- layers
@@ -326,20 +333,16 @@ class LayerStep:
         self.pre_norm = layer.pre_norm
         self.heads = layer.self_attn.heads
         self.swiglu = layer.ffn.swiglu
-        self.norms = [(n.normalized_shape, n.weight.detach(), n.bias.detach(), n.eps)
-                      for n in (layer.norm1, layer.norm2, layer.norm3)]
+        self.norms = [step_norm(n) for n in (layer.norm1, layer.norm2, layer.norm3)]
         self.qkv, self.self_out = step_linear(layer.self_attn.qkv), step_linear(layer.self_attn.out)
         self.q, self.cross_out = step_linear(layer.cross_attn.q), step_linear(layer.cross_attn.out)
         self.w_in, self.w_out = step_linear(layer.ffn.w_in), step_linear(layer.ffn.w_out)
 
 
-def _sublayer(x: Tensor, w: LayerStep, which: int, sublayer: Callable[[Tensor], Tensor]
-              ) -> Tensor:
-    """`residual` at inference, on (rows, D): pre-norm x + f(norm(x)), post norm(x + f(x))."""
-    shape, weight, bias, eps = w.norms[which]
-    if w.pre_norm:
-        return x + sublayer(F.layer_norm(x, shape, weight, bias, eps))
-    return F.layer_norm(x + sublayer(x), shape, weight, bias, eps)
+def step_norm(norm: nn.LayerNorm) -> Callable[[Tensor], Tensor]:
+    """The LayerNorm as a plain function of its detached weights."""
+    return functools.partial(F.layer_norm, normalized_shape=norm.normalized_shape,
+                             weight=norm.weight.detach(), bias=norm.bias.detach(), eps=norm.eps)
 
 
 def _layer_step(w: LayerStep, x: Tensor, kv: Tensor, step: int, cross_k: Tensor,
@@ -369,17 +372,12 @@ def _layer_step(w: LayerStep, x: Tensor, kv: Tensor, step: int, cross_k: Tensor,
         return w.cross_out(y.transpose(1, 2).reshape(rows, dim))
 
     def ffn(h: Tensor) -> Tensor:
-        h = w.w_in(h)  # (rows, ffn) or (rows, 2*ffn)
-        if w.swiglu:
-            gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
-        else:
-            h = F.relu(h, inplace=True)
-        return w.w_out(h)
+        return feed_forward(h, w.w_in, w.w_out, w.swiglu)
 
-    x = _sublayer(x, w, 0, self_attn)
-    x = _sublayer(x, w, 1, cross_attn)
-    return _sublayer(x, w, 2, ffn)
+    # `residual` at inference: no dropout
+    x = residual(x, self_attn, w.norms[0], 0.0, w.pre_norm, False)
+    x = residual(x, cross_attn, w.norms[1], 0.0, w.pre_norm, False)
+    return residual(x, ffn, w.norms[2], 0.0, w.pre_norm, False)
 
 
 # --------------------------------------------------------------------------- the model
@@ -589,8 +587,7 @@ class Transformer(nn.Module):
                             cache.cross_v[i], cache.src_keep)
         cache.step = step + 1
         if weights.final_norm is not None:
-            shape, weight, bias, eps = weights.final_norm
-            x = F.layer_norm(x, shape, weight, bias, eps)
+            x = weights.final_norm(x)
         return weights.out_proj(x).float()  # (B, V)
 
 
@@ -601,6 +598,5 @@ class DecoderStepWeights:
         self.key = key  # the weights' (address, version) pairs it was built from
         self.layers = [LayerStep(layer) for layer in model.decoder]
         norm = model.dec_norm
-        self.final_norm = None if isinstance(norm, nn.Identity) else (
-            norm.normalized_shape, norm.weight.detach(), norm.bias.detach(), norm.eps)
+        self.final_norm = None if isinstance(norm, nn.Identity) else step_norm(norm)
         self.out_proj = step_linear(model.out_proj)
