@@ -6,7 +6,7 @@
 #
 # The Bible corpus has no extra English, so the script simulates it: the first REAL
 # training pairs are the parallel data and the English of the rest is the monolingual
-# text. It trains three models, each with BASE's settings (recipes/bible-es-en.yaml: 30
+# text. It trains three models, each with BASE's settings (recipes/cpu-30m.yaml: 30
 # minutes each on a 2-core CPU): en->es, es->en on the real pairs alone (the baseline),
 # and es->en on real + tagged synthetic pairs; then prints the test scores of both.
 #
@@ -17,7 +17,7 @@
 set -euo pipefail
 
 DATA=${DATA:-../shared/data/bible-es-en}   # train.es/en, dev.es/en, test.es/en
-BASE=${BASE:-recipes/bible-es-en.yaml}     # model, training and decoding settings
+BASE=${BASE:-recipes/cpu-30m.yaml}     # model, training and decoding settings
 WORK=${WORK:-runs/backtranslation}         # everything the script writes
 REAL=${REAL:-14000}                        # training pairs used as the parallel data
 BT_WEIGHT=${BT_WEIGHT:-1}                  # how often a synthetic pair is sampled an epoch

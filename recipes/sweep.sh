@@ -11,7 +11,7 @@
 # other: on a small machine a run beside another measures neither.
 set -euo pipefail
 
-BASE=${BASE:-recipes/bible-es-en.yaml}   # the recipe every row starts from
+BASE=${BASE:-recipes/cpu-30m.yaml}   # the recipe every row starts from
 WORK=${WORK:-runs/sweep}                 # one run directory per row
 BUDGET=${BUDGET:-10m}                    # train.max_time of every row
 THREADS=${THREADS:-2}

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import raw_recipe
+from builders import RECIPES, raw_recipe
 
 from mtkit.config import (
     Average,
@@ -386,3 +386,24 @@ def test_tokenizer_model_and_init_from_exclude_each_other(tmp_path):
     path, error = load_error(tmp_path, "tokenizer: {model: m.model}\ntrain: {init_from: p.pt}")
     assert error == (f"{path}: tokenizer.model: train.init_from brings the parent's "
                      "SentencePiece model; leave tokenizer.model out")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RECIPES.glob("*.yaml")))
+def test_every_shipped_recipe_is_valid(name):
+    load_recipe(RECIPES / name, check_files=False)
+
+
+def test_the_cpu_recipe_takes_another_pair_by_its_data_paths_alone(tmp_path, monkeypatch):
+    """recipes/cpu-30m.yaml's second-pair check: `--set` on the data paths, nothing else."""
+    monkeypatch.chdir(tmp_path)
+    sets = []
+    for split in ("train", "valid", "test"):
+        for side, lang in (("src", "es"), ("tgt", "en")):
+            (tmp_path / f"{split}.{lang}").write_text("hola\n", encoding="utf-8")
+            sets.append(f"data.{split}.{side}={split}.{lang}")
+    shipped = load_recipe(RECIPES / "cpu-30m.yaml", check_files=False)
+    other = load_recipe(RECIPES / "cpu-30m.yaml", sets)
+    assert other.data.train[0].src == tmp_path / "train.es"
+    assert (other.data.valid.tgt, other.data.test[0].tgt) == (tmp_path / "valid.en",
+                                                              tmp_path / "test.en")
+    assert dataclasses.replace(other, data=shipped.data) == shipped
