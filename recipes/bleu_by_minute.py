@@ -2,10 +2,11 @@
 every EVERY minutes of its clock, with the run's model.pt as the last row.
 
     mtkit train recipes/cpu-30m.yaml --run-dir runs/ceiling --threads 2 \\
-        --set train.max_time=2h --set train.keep_last=0
+        --set train.max_time=2h --set train.keep_last=1000
     python recipes/bleu_by_minute.py runs/ceiling --src test.es --ref test.en --every 10
 
-`train.keep_last=0` keeps every step checkpoint (29 MB each for the Bible recipe's model),
+`train.keep_last=1000` keeps the last 1,000 step checkpoints (0 would keep none; 29 MB
+each for the Bible recipe's model), which for 2 hours is all of them,
 so that each minute has one. The minute of a checkpoint is the training clock that
 metrics.jsonl logged at its update (validations included, as the budget counts them);
 each row is the last checkpoint saved by then. Every row decodes with the same settings
