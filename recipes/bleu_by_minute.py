@@ -5,7 +5,7 @@ every EVERY minutes of its clock, with the run's model.pt as the last row.
         --set train.max_time=2h --set train.keep_last=1000
     python recipes/bleu_by_minute.py runs/ceiling --src test.es --ref test.en --every 10
 
-`train.keep_last=1000` keeps the last 1,000 step checkpoints (0 would keep none; 29 MB
+`train.keep_last=1000` keeps the last 1,000 step checkpoints (0 would keep none; 27 MB
 each for the Bible recipe's model), which for 2 hours is all of them,
 so that each minute has one. The minute of a checkpoint is the training clock that
 metrics.jsonl logged at its update (validations included, as the budget counts them);
@@ -17,21 +17,18 @@ This is how recipes/README.md's ceiling run was scored.
 from __future__ import annotations
 
 import argparse
-import json
-import re
+import bisect
 import sys
 from pathlib import Path
+
+from mtkit.run import RunPaths
+from mtkit.textio import read_json_lines
 
 
 def clock_of_steps(metrics: Path) -> dict[int, float]:
     """Seconds of training clock at each logged update, from a run's metrics.jsonl."""
-    clock: dict[int, float] = {}
-    with metrics.open(encoding="utf-8") as lines:
-        for line in lines:
-            event = json.loads(line)
-            if event.get("event") in ("train", "valid"):
-                clock[event["step"]] = event["elapsed"]
-    return clock
+    return {event["step"]: event["elapsed"] for event in read_json_lines(metrics)
+            if event.get("event") in ("train", "valid")}
 
 
 def checkpoints_by_minute(steps: list[int], clock: dict[int, float], every: float
@@ -40,22 +37,21 @@ def checkpoints_by_minute(steps: list[int], clock: dict[int, float], every: floa
     (saved checkpoints) whose update was logged by then. A step that was never logged
     takes the clock of the last logged update before it; one with none before is skipped."""
     logged = sorted(clock)
-    timed: list[tuple[float, int]] = []  # (seconds, step)
+    timed: list[tuple[float, int]] = []  # (seconds, step), both ascending
     for step in sorted(steps):
-        before = [s for s in logged if s <= step]
+        before = bisect.bisect_right(logged, step)
         if before:
-            timed.append((clock[before[-1]], step))
+            timed.append((clock[logged[before - 1]], step))
     rows: list[tuple[float, int]] = []
-    if not timed:
-        return rows
     minute = every
-    while True:
-        ready = [step for seconds, step in timed if seconds <= minute * 60]
-        if ready and (not rows or ready[-1] != rows[-1][1]):
-            rows.append((minute, ready[-1]))
+    while timed:
+        ready = bisect.bisect_right(timed, (minute * 60, float("inf")))
+        if ready and (not rows or timed[ready - 1][1] != rows[-1][1]):
+            rows.append((minute, timed[ready - 1][1]))
         if minute * 60 >= timed[-1][0]:
-            return rows
+            break
         minute += every
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     from mtkit.textio import read_lines
     from mtkit.translate import Translator
 
-    steps = {int(m.group(1)): path for path in (args.run / "checkpoints").glob("*.pt")
-             if (m := re.fullmatch(r"checkpoint_(\d+)\.pt", path.name))}
-    rows = checkpoints_by_minute(sorted(steps), clock_of_steps(args.run / "metrics.jsonl"),
-                                 args.every)
+    paths = RunPaths(args.run)
+    steps = {int(path.stem.removeprefix("checkpoint_")): path
+             for path in paths.step_checkpoints()}
+    rows = checkpoints_by_minute(sorted(steps), clock_of_steps(paths.metrics), args.every)
     if not rows:
         print(f"{args.run}: no step checkpoints with a logged update", file=sys.stderr)
         return 2
