@@ -2,25 +2,32 @@
 
 Makes L lines (Bible test verses cut to mixed lengths), translates them offline with
 `mtkit translate` (its own summary gives lines/s without the model load) and keeps that
-output as the expected answers. Then, for each server mode, starts `mtkit serve` on a
-free loopback port and lets N client threads (stdlib http.client, one keep-alive
-connection each) send one line per request to POST /translate, each line once, until
-all are done or the time bound passes. Every answer is compared with the offline line.
+output as the expected answers; offline runs again before each server measurement, so
+that each ratio compares two figures taken side by side. For each server mode it starts
+`mtkit serve` on a free loopback port and lets N client threads (stdlib http.client, one
+keep-alive connection each) send one line per request to POST /translate, each line
+once, until all are done or the time bound passes. Every answer is compared with the offline line.
 
-Modes: `batched` (the server's defaults: a 5 ms window, --max-tokens 4096) and
-`unbatched` (--batch-window-ms 0 --max-tokens 1: one request's line at a time, the same
-clients). Records lines/s, p50/p99 latency, mean lines per engine batch (from /metrics),
-and lines/s relative to offline; also the lines/s of the Translator in this process on
-batches of N lines in arrival order, the best a server can do whose steps hold one line
-of each of N clients. Loopback only; bounded in requests and in time.
+Modes: `batched` (the server's defaults: a 5 ms window, --max-tokens 4096, one model
+thread with --threads), `workers` (the same with --workers 2 --threads 1: two model
+threads of one CPU thread each, decoding batches side by side) and `unbatched`
+(--batch-window-ms 0 --max-tokens 1: one request's line at a time, the same clients).
+Records lines/s, p50/p99 latency, mean lines per engine batch (from /metrics), lines/s
+relative to offline, and the share of the cores' time the server and the clients used;
+also the lines/s of the Translator in this process on batches of N lines in arrival
+order, the best one model thread can do whose steps hold one line of each of N clients,
+and of two threads each decoding batches of N/2 lines (as two workers would).
+Loopback only; bounded in requests and in time.
 
     python bench/serve_load.py [--model runs/demo/model.pt] [--clients 64] [--lines 1000]
+                               [--modes batched workers] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
 import re
 import shlex
@@ -35,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, decoding_parser, record  # noqa: E402
 
 MTKIT = Path(sys.executable).with_name("mtkit")
-MODES = {"batched": [], "unbatched": ["--batch-window-ms", "0", "--max-tokens", "1"]}
+MODES = {"batched": [], "workers": ["--workers", "2", "--threads", "1"],
+         "unbatched": ["--batch-window-ms", "0", "--max-tokens", "1"]}
 
 
 def make_lines(n: int) -> list[str]:
@@ -63,17 +71,37 @@ def offline(model: Path, lines: list[str], threads: int, extra: list[str]
 
 
 def in_process(model: Path, lines: list[str], threads: int, batch: int,
-               beam: int | None) -> float:
+               beam: int | None, workers: int = 1) -> float:
     """lines/s of Translator.search on `batch` lines at a time, in arrival order: what a
     server whose every step holds one line of each of `batch` clients can reach at best,
-    with no HTTP at all (offline sorts a whole buffer by length first)."""
+    with no HTTP at all (offline sorts a whole buffer by length first). With `workers`,
+    that many threads of threads/workers CPU threads each take the batches in turn,
+    as `mtkit serve --workers` does."""
     from mtkit.translate import Translator
 
-    translator = Translator.load(model, device="cpu", threads=threads, beam=beam)
-    translator.search(lines[:batch])  # warm-up
+    loaded = Translator.load(model, device="cpu", threads=max(1, threads // workers),
+                             beam=beam)
+    loaded.search(lines[:batch])  # warm-up
+    batches = iter(range(0, len(lines), batch))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        translator = Translator(loaded.engine, loaded.settings, loaded.max_tokens)
+        while True:
+            with lock:
+                first = next(batches, None)
+            if first is None:
+                return
+            translator.search(lines[first : first + batch])
+
+    # this thread and workers - 1 more, as in the server
+    more = [threading.Thread(target=worker) for _ in range(workers - 1)]
     start = time.perf_counter()
-    for first in range(0, len(lines), batch):
-        translator.search(lines[first : first + batch])
+    for thread in more:
+        thread.start()
+    worker()
+    for thread in more:
+        thread.join()
     return round(len(lines) / (time.perf_counter() - start), 1)
 
 
@@ -98,9 +126,17 @@ def batch_totals(port: int) -> tuple[float, float]:
     return float(found["count"]), float(found["sum"])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def load(port: int, lines: list[str], expected: list[str], clients: int,
-         seconds: float) -> dict:
-    """Every line once, from `clients` threads, until done or `seconds` have passed."""
+         seconds: float, server_pid: int) -> dict:
+    """Every line once, from `clients` threads, until done or `seconds` have passed; with
+    the CPU time the server and the clients (this process) used meanwhile, since on one
+    machine the clients take cores the server would use."""
     next_line, lock = iter(range(len(lines))), threading.Lock()
     latencies: list[float] = []
     problems: list[str] = []
@@ -132,12 +168,15 @@ def load(port: int, lines: list[str], expected: list[str], clients: int,
 
     batches_before, lines_before = batch_totals(port)
     threads = [threading.Thread(target=client) for _ in range(clients)]
+    server_cpu, clients_cpu = cpu_seconds(server_pid), time.process_time()
     start = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - start
+    server_cpu, clients_cpu = (cpu_seconds(server_pid) - server_cpu,
+                               time.process_time() - clients_cpu)
     batches, batched_lines = (after - before for after, before in
                               zip(batch_totals(port), (batches_before, lines_before)))
     latencies.sort()
@@ -148,6 +187,9 @@ def load(port: int, lines: list[str], expected: list[str], clients: int,
         "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 1),
         "mean_batch_lines": round(batched_lines / max(batches, 1), 2),
         "mismatches": len(problems), "first_mismatches": problems[:3],
+        # the cores' time in use by each side, as a share of the wall time of all cores
+        "server_cpu_share": round(server_cpu / (wall * len(os.sched_getaffinity(0))), 2),
+        "clients_cpu_share": round(clients_cpu / (wall * len(os.sched_getaffinity(0))), 2),
     }
 
 
@@ -161,30 +203,37 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=None, help="[default: the recipe's]")
     parser.add_argument("--server-args", default="", help="more `mtkit serve` options, "
                         "e.g. '--batch-window-ms 10' (after each mode's own)")
+    parser.add_argument("--rounds", type=int, default=1, help="the modes in turn, this "
+                        "many times; each measurement's offline rate is taken just before it")
     args = parser.parse_args()
     if not args.model.is_file():
         raise SystemExit(f"{args.model}: no model; run `make demo` first, or give --model")
     lines = make_lines(args.lines)
     beam = ["--beam", str(args.beam)] if args.beam else []
-    expected, offline_rate = offline(args.model, lines, args.threads, beam)
+    expected, _ = offline(args.model, lines, args.threads, beam)
     common = {"model": str(args.model), "clients": args.clients, "lines": args.lines,
               "threads": args.threads, "beam": args.beam, "server_args": args.server_args,
-              "offline_lines_per_s": offline_rate,
               "in_process_batches_lines_per_s": in_process(args.model, lines, args.threads,
-                                                           args.clients, args.beam)}
+                                                           args.clients, args.beam),
+              # two workers, each with half the clients' lines per batch
+              "in_process_2_workers_lines_per_s": in_process(
+                  args.model, lines, args.threads, args.clients // 2, args.beam, workers=2)}
     failed = False
-    for mode in args.modes:
+    for round_number, mode in ((r, m) for r in range(1, args.rounds + 1) for m in args.modes):
+        # The machine's speed drifts: each mode is compared with offline measured beside it.
+        _, offline_rate = offline(args.model, lines, args.threads, beam)
         server, port = start_server(args.model, args.threads,
                                     [*MODES[mode], *beam, *shlex.split(args.server_args)])
         try:
-            load(port, lines[:50], expected[:50], 8, 60)  # warm-up: first batches are slow
-            found = load(port, lines, expected, args.clients, args.seconds)
+            load(port, lines[:50], expected[:50], 8, 60, server.pid)  # warm-up
+            found = load(port, lines, expected, args.clients, args.seconds, server.pid)
         finally:
             server.send_signal(signal.SIGTERM)
             exit_code = server.wait(60)
         found["vs_offline"] = round(found["lines_per_s"] / offline_rate, 2)
-        record("serve_load", {"mode": mode, **common, **found, "server_exit": exit_code},
-               "bench/serve_load.py")
+        record("serve_load", {"mode": mode, "round": round_number, **common,
+                              "offline_lines_per_s": offline_rate, **found,
+                              "server_exit": exit_code}, "bench/serve_load.py")
         failed |= bool(found["mismatches"]) or exit_code != 0
     if failed:
         raise SystemExit("some answers differed from mtkit translate's, or a server failed")

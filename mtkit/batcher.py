@@ -1,14 +1,16 @@
 """Batching across requests: the lines of concurrent requests decoded together.
 
 Each request becomes a `Job` (its lines, their source lengths, and the decode settings it
-asked for), submitted from any thread. One thread, the one that owns the model, calls
-`run()`: it waits for work, lets a short collection window pass (so that jobs arriving
-together share a batch), then takes a *step*: waiting jobs with the oldest job's
-settings, oldest first, while their lines fit one padded batch of `max_tokens` source
-tokens (always at least one job, however large). The step's lines go to the decode
-function in one call and the results are routed back to each job's future, in its own
-line order. Jobs with other settings wait for a later step, so a batch never mixes
-decode settings.
+asked for), submitted from any thread. Each model thread (one, or several workers that
+decode side by side) calls `run()`: it waits for work, lets a short collection window
+pass (so that jobs arriving together share a batch), then takes a *step*: waiting jobs
+with the oldest job's settings, oldest first, while their lines fit one padded batch of
+`max_tokens` source tokens (always at least one job, however large). The step's lines go
+to the decode function in one call and the results are routed back to each job's
+future, in its own line order. Jobs with other settings wait for a later step, so a
+batch never mixes decode settings. With several workers a step takes at most an equal
+part of the lines in the service (`Batcher._share`), so that under load they decode
+side by side.
 
 The window is a quiet period: a step starts once no job has arrived for a window,
 counted from the end of the previous step too, since the clients whose answers that step
@@ -21,6 +23,7 @@ bench/serve_load.py.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -55,12 +58,15 @@ class Job:
         return max(self.lengths, default=0)
 
 
-def take_step(waiting: Sequence[Job], max_tokens: int) -> list[Job]:
+def take_step(waiting: Sequence[Job], max_tokens: int, max_lines: float = math.inf
+              ) -> list[Job]:
     """The jobs of the next step: those with the first job's settings, in order, while
-    (lines so far) x (longest line so far) stays within max_tokens; at least one job.
+    (lines so far) x (longest line so far) stays within max_tokens and the lines within
+    max_lines; at least one job.
 
     That product is the padded size of the batch they make, so a step that fits is one
-    engine batch: later jobs do not wait behind a queue-long decode."""
+    engine batch: later jobs do not wait behind a queue-long decode. `max_lines` is a
+    worker's part of the lines in the service (`Batcher._share`)."""
     if not waiting:
         return []
     first = waiting[0]
@@ -69,7 +75,7 @@ def take_step(waiting: Sequence[Job], max_tokens: int) -> list[Job]:
         if job.settings != first.settings:
             continue
         grown_lines, grown_longest = lines + len(job.lines), max(longest, job.longest)
-        if grown_lines * grown_longest > max_tokens:
+        if grown_lines * grown_longest > max_tokens or grown_lines > max_lines:
             break  # FIFO: a later, smaller job does not overtake this one
         step.append(job)
         lines, longest = grown_lines, grown_longest
@@ -88,7 +94,8 @@ def fits_one_batch(jobs: Sequence[Job], max_tokens: int) -> bool:
 
 
 class Batcher:
-    """Jobs in from any thread (`submit`), decoded in steps by the thread in `run()`."""
+    """Jobs in from any thread (`submit`), decoded in steps by the threads in `run()`: a
+    step is taken under the lock, so each job goes to exactly one of them."""
 
     def __init__(self, decode: Decode, *, window: float, max_tokens: int,
                  max_queue_lines: int, clock: Callable[[], float] = time.monotonic):
@@ -100,6 +107,8 @@ class Batcher:
         self._waiting: list[Job] = []
         self._queued_lines = 0
         self._free_since = -float("inf")  # when the last step ended
+        self._workers = 0  # threads in run()
+        self._decoding_lines = 0  # lines of the steps being decoded now
         self._closed = False
         self._changed = threading.Condition()
 
@@ -134,15 +143,23 @@ class Batcher:
             self._changed.notify_all()
 
     def run(self) -> None:
-        """Decode steps until closed and drained (in the thread that owns the model)."""
-        while (step := self._next_step()) is not None:
-            # a job cancelled between submit and now is dropped; the rest cannot be
-            # cancelled any more, so their results always have a future to go to
-            live = [job for job in step if job.future.set_running_or_notify_cancel()]
-            if live:
-                self._decode_step(live)
+        """Decode steps until closed and drained (in each model thread)."""
+        with self._changed:
+            self._workers += 1
+        try:
+            while (step := self._next_step()) is not None:
+                # a job cancelled between submit and now is dropped; the rest cannot be
+                # cancelled any more, so their results always have a future to go to
+                live = [job for job in step if job.future.set_running_or_notify_cancel()]
+                if live:
+                    self._decode_step(live)
                 with self._changed:
-                    self._free_since = self._clock()
+                    self._decoding_lines -= sum(len(job.lines) for job in step)
+                    if live:
+                        self._free_since = self._clock()
+        finally:
+            with self._changed:
+                self._workers -= 1
 
     # ------------------------------------------------------------------- the worker
 
@@ -180,11 +197,22 @@ class Batcher:
                                                                          self.max_tokens):
                     self._changed.wait(due - now)
                     continue
-                step = take_step(self._waiting, self.max_tokens)
+                step = take_step(self._waiting, self.max_tokens, self._share())
                 for job in step:
                     self._waiting.remove(job)
                     self._queued_lines -= len(job.lines)
+                    self._decoding_lines += len(job.lines)
+                if self._waiting:
+                    self._changed.notify_all()  # a free worker may take the rest now
                 return step
+
+    def _share(self) -> int:
+        """The most lines one step may take: an equal part, per worker, of all the lines
+        in the service (waiting or being decoded). So under a steady load of N clients W
+        workers settle into W batches of N/W lines, decoding side by side: a worker does
+        not take the whole queue while another idles, and fragments left behind by short
+        windows are merged again by the next worker to come free."""
+        return math.ceil((self._queued_lines + self._decoding_lines) / max(self._workers, 1))
 
     def _decode_step(self, jobs: list[Job]) -> None:
         lines = [line for job in jobs for line in job.lines]

@@ -430,6 +430,10 @@ def serve(
     max_tokens: int = typer.Option(4096, "--max-tokens", help="Source tokens per batch."),
     device: str = DeviceOpt,
     threads: int = ThreadsOpt,
+    workers: int = typer.Option(
+        1, "--workers", help="Model threads decoding batches side by side, each with "
+        "--threads CPU threads (--threads 0: the cores shared out among them)."
+    ),
     quantize: str = typer.Option(
         "none", "--quantize", help="int8: dynamic int8 linear layers (CPU), or none."
     ),
@@ -462,7 +466,7 @@ def serve(
                     max_queue=max_queue, max_beam=max_beam)
     serve_forever(ServeOptions(
         models=tuple(models), host=host, port=port, beam=beam, lenpen=lenpen, quantize=quantize,
-        device=device, threads=threads, engine=engine, max_tokens=max_tokens,
+        device=device, threads=threads, workers=workers, engine=engine, max_tokens=max_tokens,
         batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,
     ))
 

@@ -21,6 +21,7 @@ from .checkpoint import load_checkpoint
 from .config import DecodeConfig, Recipe, recipe_from_dict
 from .errors import CheckpointError, ConfigError
 from .model import Transformer
+from .runtime import usable_cores
 from .search import Hypothesis
 from .tokenizer import Tokenizer
 
@@ -175,10 +176,6 @@ def choose_threads(sentences: int, cores: int, threads: int = 0) -> tuple[int, i
     if sentences >= LARGE_BATCH:
         return 1, cores
     return cores, 1
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 class CTranslate2Engine:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .errors import ConfigError
@@ -24,3 +26,8 @@ def set_threads(threads: int) -> None:
     """Set torch's intra-op CPU threads; 0 keeps torch's default (all cores)."""
     if threads > 0:
         torch.set_num_threads(threads)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), not all the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

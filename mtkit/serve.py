@@ -2,9 +2,10 @@
 
 `serve(options)` checks the options, loads the model (as `mtkit translate` does), binds
 the port, and runs the app (serve_app.py) under uvicorn in a thread, while the main
-thread decodes the batcher's steps (batcher.py). On SIGTERM or SIGINT the listening
-socket closes (new connections are refused), requests in flight are answered, the
-batcher finishes its queue, and the process exits 0.
+thread (and with `workers` > 1 that many model threads in all) decodes the batcher's
+steps (batcher.py). On SIGTERM or SIGINT the listening socket closes (new connections
+are refused), requests in flight are answered, the batcher finishes its queue, and the
+process exits 0.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from .errors import ConfigError
+from .runtime import usable_cores
 from .serve_api import Limits
 
 log = logging.getLogger("mtkit")
@@ -37,7 +39,8 @@ class ServeOptions:
     lenpen: float | None = None
     quantize: str = "none"
     device: str = "auto"
-    threads: int = 0
+    threads: int = 0  # torch threads of each worker; 0: the cores shared among the workers
+    workers: int = 1  # model threads, each decoding a batch of its own
     engine: str = "auto"
     max_tokens: int = 4096  # source tokens per batch, padding included
     batch_window_ms: float = 5.0
@@ -65,7 +68,8 @@ def check_options(options: ServeOptions) -> None:
                "--max-lines": (limits.max_lines, 1, None),
                "--max-chars": (limits.max_chars, 1, None),
                "--max-queue": (limits.max_queue, 1, None),
-               "--max-beam": (limits.max_beam, 1, 1000)}
+               "--max-beam": (limits.max_beam, 1, 1000),
+               "--workers": (options.workers, 1, 64)}
     for flag, (value, low, high) in numbers.items():
         if value < low or (high is not None and value > high):
             expected = f"between {low} and {high}" if high is not None else f"at least {low}"
@@ -94,8 +98,10 @@ def serve(options: ServeOptions) -> None:
     from .serve_metrics import ServeMetrics
     from .translate import OPTION_NAMES, Translator
 
+    threads = options.threads or (max(1, usable_cores() // options.workers)
+                                  if options.workers > 1 else 0)
     loaded = Translator.load(
-        options.models, device=options.device, threads=options.threads,
+        options.models, device=options.device, threads=threads,
         quantize=options.quantize, engine=options.engine, max_tokens=options.max_tokens,
         option_names=OPTION_NAMES, beam=options.beam, lenpen=options.lenpen,
     )
@@ -120,6 +126,8 @@ def serve(options: ServeOptions) -> None:
     langs = loaded.engine.recipe.data.langs
     log.info("serving %s (%s -> %s) on http://%s:%d (page /, API docs /docs)",
              " + ".join(names), langs.src, langs.tgt, shown, port)
+    if options.workers > 1:
+        log.info("%d model workers, %d threads each", options.workers, threads)
     failed: list[BaseException] = []
 
     def serve_http() -> None:
@@ -131,11 +139,18 @@ def serve(options: ServeOptions) -> None:
             batcher.close()  # the model's loop ends once the last request is answered
 
     # The model runs in the main thread (torch's CPU threads run slower, by about a tenth
-    # here, for a thread started later); HTTP runs in a thread of its own.
+    # here, for a thread started later), and in the other workers' threads; HTTP runs in a
+    # thread of its own.
     http = threading.Thread(target=serve_http, name="mtkit-http", daemon=True)
+    workers = [threading.Thread(target=batcher.run, name=f"mtkit-model-{n}", daemon=True)
+               for n in range(1, options.workers)]
     with _signals_stop(server):
         http.start()
+        for worker in workers:
+            worker.start()
         batcher.run()
+        for worker in workers:
+            worker.join()
     http.join()
     sock.close()
     if failed:

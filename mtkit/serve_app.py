@@ -4,8 +4,9 @@ A translation request is read (bounded), parsed and checked (serve_api), measure
 source tokens, and queued in the batcher; its handler then waits for either the result
 or the client going away, whichever comes first. A client that leaves takes its lines out
 of the queue, or, if they are being decoded already, its result is dropped: either way
-no one waits for it. The model runs only in the thread in `Batcher.run()` (the main
-thread), never on the event loop. Every error answer is `{"error": "one line"}`.
+no one waits for it. The model runs only in the threads in `Batcher.run()` (the main
+thread and any further workers), never on the event loop. Every error answer is
+`{"error": "one line"}`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -71,13 +73,18 @@ class MeteredEngine:
 
 
 def decoder(translator: Translator) -> Callable[[DecodeConfig, list[str]], list[Translation]]:
-    """The batcher's decode function; it runs in the model's thread, which owns the
-    translator: each step decodes with the settings its jobs share."""
+    """The batcher's decode function, called by every model thread: each thread decodes
+    with a Translator of its own over the shared engine, set to the settings its step's
+    jobs share."""
+    own = threading.local()
 
     def decode(settings: DecodeConfig, lines: list[str]) -> list[Translation]:
-        translator.settings = settings
-        found = translator.search(lines)
-        texts = [translator.texts(hyps) for hyps in found]  # what `mtkit translate` prints
+        mine = getattr(own, "translator", None)
+        if mine is None:
+            mine = own.translator = Translator(translator.engine, settings, translator.max_tokens)
+        mine.settings = settings
+        found = mine.search(lines)
+        texts = [mine.texts(hyps) for hyps in found]  # what `mtkit translate` prints
         return [Translation(tuple(t), tuple(h.score for h in hyps), len(hyps[0].tokens))
                 for t, hyps in zip(texts, found)]
 
@@ -86,7 +93,7 @@ def decoder(translator: Translator) -> Callable[[DecodeConfig, list[str]], list[
 
 @dataclass
 class Service:
-    translator: Translator  # decodes in the model's thread (Batcher.run) only
+    translator: Translator  # its tokenizer measures requests; the workers decode
     settings: DecodeConfig  # the server's; a request may change beam, lenpen, nbest
     batcher: Batcher
     metrics: ServeMetrics

@@ -228,6 +228,35 @@ def test_concurrent_requests_are_batched_and_each_answer_equals_translate(server
     all match)."""
     clients, rounds = 8, 4
     batches_before, lines_before = batch_counts(server)
+    failures = mixed_clients(server, expected, clients, rounds)
+    assert not failures, "\n".join(failures)
+    batches, lines = (after - before for after, before in
+                      zip(batch_counts(server), (batches_before, lines_before)))
+    decoded = sum(1 for n in range(clients) for s in range(rounds)
+                  if LINES[(n * rounds + s) % len(LINES)].strip())  # empty lines skip the model
+    assert lines == decoded
+    assert lines / batches > 1.5, f"{lines} lines in {batches} batches: not batched"
+
+
+def test_two_workers_answer_as_translate_and_stop_cleanly(model, tmp_path, expected):
+    """--workers 2: two model threads decode steps side by side (tests/unit's batcher
+    tests show they do); every answer is still translate's, and SIGTERM still exits 0."""
+    server = start_server(tmp_path, model, "--workers", "2", "--batch-window-ms", "30")
+    try:
+        assert "2 model workers, 1 threads each" in server.stderr()
+        failures = mixed_clients(server, expected, clients=8, rounds=4)
+        assert not failures, "\n".join(failures)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0
+        assert "Traceback" not in server.stderr()
+    finally:
+        stop(server)
+
+
+def mixed_clients(server: Server, expected: dict, clients: int, rounds: int) -> list[str]:
+    """`clients` threads at once, `rounds` one-line requests each, odd clients greedy
+    through /v1/translate, even ones LibreTranslate's way with the server's settings:
+    the answers that differ from `mtkit translate`'s."""
     start = threading.Barrier(clients)
     failures: list[str] = []
 
@@ -253,13 +282,7 @@ def test_concurrent_requests_are_batched_and_each_answer_equals_translate(server
         thread.start()
     for thread in threads:
         thread.join(120)
-    assert not failures, "\n".join(failures)
-    batches, lines = (after - before for after, before in
-                      zip(batch_counts(server), (batches_before, lines_before)))
-    decoded = sum(1 for n in range(clients) for s in range(rounds)
-                  if LINES[(n * rounds + s) % len(LINES)].strip())  # empty lines skip the model
-    assert lines == decoded
-    assert lines / batches > 1.5, f"{lines} lines in {batches} batches: not batched"
+    return failures
 
 
 # --------------------------------------------------------------------------- the other routes

@@ -245,6 +245,84 @@ def test_close_finishes_waiting_jobs_then_refuses_new_ones():
     assert first.result(0) == ["s:A"] and later.result(0) == ["t:B"]
 
 
+def test_free_workers_share_the_waiting_lines_and_decode_side_by_side():
+    """Two threads in run(): jobs waiting when both are free are split between them, and
+    the two steps run at the same time (each decode waits for the other at a barrier;
+    had one worker taken every job, the barrier would break and the jobs fail)."""
+    side_by_side = threading.Barrier(2, timeout=TIMEOUT)
+    steps: list[list[str]] = []
+
+    def decode(settings: object, lines: list[str]) -> list[str]:
+        steps.append(list(lines))
+        side_by_side.wait()
+        return [line.upper() for line in lines]
+
+    b = Batcher(decode, window=0.2, max_tokens=1000, max_queue_lines=100)
+    workers = [threading.Thread(target=b.run, daemon=True) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    futures = [b.submit("s", [str(i), f"{i}b"], [1, 1]) for i in range(4)]  # within 0.2 s
+    assert [f.result(TIMEOUT) for f in futures] == [[str(i), f"{i}B"] for i in range(4)]
+    assert sorted(steps) == [["0", "0b", "1", "1b"], ["2", "2b", "3", "3b"]]
+    b.close()
+    for worker in workers:
+        worker.join(TIMEOUT)
+        assert not worker.is_alive()
+
+
+def test_a_worker_takes_an_equal_part_of_all_the_lines_in_the_service():
+    """One worker decodes 4 lines (held); 4 more wait, in two jobs: the free worker's part
+    is (4 + 4) / 2 = 4 lines, so it merges both jobs into one step. With 6 waiting its
+    part is 5 (10 / 2): two whole jobs, the last one left for the next worker free."""
+    release = threading.Event()
+    steps: list[list[str]] = []
+
+    def decode(settings: object, lines: list[str]) -> list[str]:
+        steps.append(list(lines))
+        if lines[0] == "held":
+            assert release.wait(TIMEOUT)
+        return lines
+
+    b = Batcher(decode, window=0.05, max_tokens=1000, max_queue_lines=100)
+    workers = [threading.Thread(target=b.run, daemon=True) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    held = b.submit("s", ["held", "h", "h", "h"], [1] * 4)
+    wait_for(lambda: steps == [["held", "h", "h", "h"]])
+    first = [b.submit("s", [f"{i}a", f"{i}b"], [1, 1]) for i in range(2)]
+    wait_for(lambda: len(steps) == 2)
+    assert steps[1] == ["0a", "0b", "1a", "1b"]
+    for future in first:
+        future.result(TIMEOUT)
+    later = [b.submit("s", [f"{i}a", f"{i}b"], [1, 1]) for i in range(2, 5)]  # 6 lines
+    wait_for(lambda: len(steps) == 3)
+    assert steps[2] == ["2a", "2b", "3a", "3b"]  # ceil((4 + 6) / 2) = 5: two whole jobs
+    release.set()
+    assert held.result(TIMEOUT) == ["held", "h", "h", "h"]
+    assert later[2].result(TIMEOUT) == ["4a", "4b"]
+    assert steps[3] == ["4a", "4b"]
+    b.close()
+    for worker in workers:
+        worker.join(TIMEOUT)
+        assert not worker.is_alive()
+
+
+def wait_for(condition) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_a_step_stops_at_its_share_of_lines_but_takes_at_least_one_job():
+    """A worker's share (max_lines) bounds its step by whole jobs, like max_tokens."""
+    waiting = [job("s", 3), job("s", 3), job("s", 3)]
+    assert take_step(waiting, max_tokens=1000) == waiting
+    assert take_step(waiting, max_tokens=1000, max_lines=5) == waiting[:1]
+    assert take_step(waiting, max_tokens=1000, max_lines=6) == waiting[:2]
+    assert take_step(waiting, max_tokens=1000, max_lines=1) == waiting[:1]  # at least one
+
+
 def test_submit_needs_one_length_per_line():
     b, worker = batcher(RecordingDecode())
     with pytest.raises(ValueError):

@@ -40,6 +40,7 @@ def test_the_command_without_the_extra_is_one_line_and_exit_2(
     (["--max-lines", "100", "--max-queue", "10"],
      "--max-lines 100 exceeds --max-queue 10: such a request could never be queued"),
     (["--api-key", " "], "--api-key: empty"),
+    (["--workers", "0"], "--workers 0: out of range; expected between 1 and 64"),
 ])
 def test_options_out_of_range(args, needle, mtkit_inprocess, expect_error, tmp_path):
     result = mtkit_inprocess(["serve", "-m", "model.pt", *args], tmp_path)
