@@ -124,10 +124,10 @@ def serve(options: ServeOptions) -> None:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     langs = loaded.engine.recipe.data.langs
+    if options.workers > 1:  # before the line that says the server is up
+        log.info("%d model workers, %d threads each", options.workers, threads)
     log.info("serving %s (%s -> %s) on http://%s:%d (page /, API docs /docs)",
              " + ".join(names), langs.src, langs.tgt, shown, port)
-    if options.workers > 1:
-        log.info("%d model workers, %d threads each", options.workers, threads)
     failed: list[BaseException] = []
 
     def serve_http() -> None:
