@@ -41,6 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, decoding_parser, record  # noqa: E402
 
+from mtkit.runtime import usable_cores  # noqa: E402
+
 MTKIT = Path(sys.executable).with_name("mtkit")
 MODES = {"batched": [], "workers": ["--workers", "2", "--threads", "1"],
          "unbatched": ["--batch-window-ms", "0", "--max-tokens", "1"]}
@@ -188,8 +190,8 @@ def load(port: int, lines: list[str], expected: list[str], clients: int,
         "mean_batch_lines": round(batched_lines / max(batches, 1), 2),
         "mismatches": len(problems), "first_mismatches": problems[:3],
         # the cores' time in use by each side, as a share of the wall time of all cores
-        "server_cpu_share": round(server_cpu / (wall * len(os.sched_getaffinity(0))), 2),
-        "clients_cpu_share": round(clients_cpu / (wall * len(os.sched_getaffinity(0))), 2),
+        "server_cpu_share": round(server_cpu / (wall * usable_cores()), 2),
+        "clients_cpu_share": round(clients_cpu / (wall * usable_cores()), 2),
     }
 
 

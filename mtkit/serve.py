@@ -98,8 +98,9 @@ def serve(options: ServeOptions) -> None:
     from .serve_metrics import ServeMetrics
     from .translate import OPTION_NAMES, Translator
 
-    threads = options.threads or (max(1, usable_cores() // options.workers)
-                                  if options.workers > 1 else 0)
+    threads = options.threads
+    if threads == 0 and options.workers > 1:  # the cores shared out among the workers
+        threads = max(1, usable_cores() // options.workers)
     loaded = Translator.load(
         options.models, device=options.device, threads=threads,
         quantize=options.quantize, engine=options.engine, max_tokens=options.max_tokens,
