@@ -1,6 +1,8 @@
-"""Benchmark: where a decoding step's time goes, for the interactive case (batch of 1).
+"""Benchmark: where a decoding step's time goes, one sentence at a time or in bulk.
 
-Decodes the first --lines test sentences one at a time and splits the wall time three ways:
+Decodes the first --lines test sentences one at a time (or, with --batch-tokens N, all
+together in N-token batches, as `mtkit translate` does a file) and splits the wall time
+three ways:
 - encoder: `model.encode` (once per sentence),
 - model step: the decoder step and log_softmax (`_Ensemble.log_probs`),
 - search bookkeeping: everything else in the search loop (top-k, finished/alive masks,
@@ -10,6 +12,8 @@ every aten operator: what is left of the wall time is Python and dispatcher over
 spent between kernels.
 
     python bench/decode_profile.py --model runs/bible-es-en/model.pt [--beam 5] [--stop early]
+    python bench/decode_profile.py --model runs/bible-es-en/model.pt --batch-tokens 4096 \
+        --lines 991 --profile-lines 400 --stop early
 
 (--stop: the recipe's rule unless given; the Bible recipe's is exact.)
 """
@@ -69,6 +73,9 @@ def main() -> None:
     parser.add_argument("--profile-lines", type=int, default=20,
                         help="Lines of the profiled pass (it holds every event in memory: "
                         "60 lines of beam 5 took 13 GB).")
+    parser.add_argument("--batch-tokens", type=int, default=0,
+                        help="Translate the lines together in batches of this many source "
+                        "tokens (0: one at a time).")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
@@ -77,15 +84,21 @@ def main() -> None:
     lines = list(read_lines(BIBLE / "test.es"))[: args.lines]
     settings = dataclasses.replace(engine.recipe.decode, beam=args.beam, nbest=1,
                                    stop=args.stop or engine.recipe.decode.stop)
-    translator = Translator(engine, settings, max_tokens=4096)
+    translator = Translator(engine, settings, max_tokens=args.batch_tokens or 4096)
     translator.translate(lines[:2])  # warm-up: first-call allocations
+
+    def translate_all(some: list[str]) -> None:
+        if args.batch_tokens:
+            translator.translate(some)
+        else:
+            for line in some:
+                translator.translate([line])
 
     with Stopwatch(models[0], "encode") as encoder, \
             Stopwatch(search._Ensemble, "log_probs") as step:
         tokens_before = translator.stats.tokens
         start = time.perf_counter()
-        for line in lines:
-            translator.translate([line])
+        translate_all(lines)
         wall = time.perf_counter() - start
     tokens = translator.stats.tokens - tokens_before
 
@@ -93,15 +106,14 @@ def main() -> None:
     with Stopwatch(search._Ensemble, "log_probs") as profiled_steps, \
             profile(activities=[ProfilerActivity.CPU]) as prof:
         profiled_start = time.perf_counter()
-        for line in profiled:
-            translator.translate([line])
+        translate_all(profiled)
         profiled_wall = time.perf_counter() - profiled_start
     events = prof.key_averages()
     # Self time of top-level aten ops (children are inside their parents' totals).
     kernel_us = sum(e.self_cpu_time_total for e in events if e.key.startswith("aten::"))
     op_calls = sum(e.count for e in events if e.key.startswith("aten::"))
     top = sorted((e for e in events if e.key.startswith("aten::")),
-                 key=lambda e: -e.self_cpu_time_total)[:8]
+                 key=lambda e: -e.self_cpu_time_total)[:10]
 
     search_s = wall - encoder.seconds - step.seconds
     record("decode_profile", {
@@ -119,6 +131,7 @@ def main() -> None:
         "share_in_aten_kernels": round(kernel_us / 1e6 / profiled_wall, 3),
         "top_ops_ms": {e.key: round(e.self_cpu_time_total / 1000, 1) for e in top},
         "model": str(args.model), "threads": args.threads,
+        "batch_tokens": args.batch_tokens or None,
     }, "bench/decode_profile.py")
 
 

@@ -318,11 +318,18 @@ def _top_candidates(logprob: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor
     """Best `count` one-token extensions per sentence over all its beams, best first.
 
     logprob (n, beam), lprobs (n, beam, V) -> value, source beam, token, each (n, count).
+
+    Each beam's best `count` tokens first, then the best of those beam x count sums: adding
+    a beam's logprob keeps the order of its tokens, so these are the candidates of a top-k
+    over all beam x V sums, with the same values, without writing the (n, beam*V) sums
+    out: one pass fewer over a large batch's log-probs (README, "Decoding speed").
     """
-    n, _, vocab = lprobs.shape
-    total = (logprob.unsqueeze(-1) + lprobs).view(n, -1)  # (n, beam*V)
+    n, beam, vocab = lprobs.shape
+    per_beam = min(count, vocab)
+    best_lp, best_token = lprobs.topk(per_beam, dim=2)  # (n, beam, per_beam)
+    total = (logprob.unsqueeze(-1) + best_lp).view(n, -1)  # (n, beam*per_beam)
     value, index = total.topk(count, dim=1)
-    return value, index // vocab, index % vocab
+    return value, index // per_beam, best_token.view(n, -1).gather(1, index)
 
 
 def _finishing(beams: _Beams, cand: tuple[Tensor, Tensor, Tensor], t: int, eos: int, pad: int,

@@ -251,3 +251,23 @@ def test_ensemble_averages_log_probs():
     reference = greedy_search([ScriptedModel(averaged)], src)
     assert [h.tokens for h in ensemble] == [h.tokens for h in reference]
     assert greedy_search([first, first], src) == greedy_search([first], src)
+
+
+@pytest.mark.parametrize("vocab", [3, 50])
+def test_top_candidates_equal_a_top_k_over_every_beam_and_token(vocab):
+    """Each beam's own top-k first, then the best of those: the same candidates, values,
+    source beams and tokens as one top-k over all beam x vocab sums (fewer tokens than
+    candidates too), dead beams (-inf) included."""
+    g = torch.Generator().manual_seed(vocab)
+    n, beam, count = 7, 4, 8
+    logprob = -torch.rand(n, beam, generator=g) * 5
+    logprob[2, 1:] = float("-inf")  # step 0: only the first beam is live
+    lprobs = torch.randn(n, beam, vocab, generator=g).log_softmax(-1)
+    value, source, token = search._top_candidates(logprob, lprobs, count)
+
+    total = (logprob.unsqueeze(-1) + lprobs).view(n, -1)  # the reference: every sum
+    expected_value, index = total.topk(count, dim=1)
+    assert torch.equal(value, expected_value)
+    live = expected_value.isfinite()  # -inf candidates tie: any of them will do
+    assert torch.equal(source[live], (index // vocab)[live])
+    assert torch.equal(token[live], (index % vocab)[live])
