@@ -283,7 +283,8 @@ def translate(
     lenpen: float | None = typer.Option(None, "--lenpen", help="Length penalty exponent."),
     stop: str | None = typer.Option(
         None, "--stop", help="When beam search ends a sentence: early (no live hypothesis "
-        "would beat the n-best by ending next) or exact (none could, at any length)."
+        "would beat the n-best by ending next), exact (none could, at any length) or top "
+        "(none has a higher log-probability; CTranslate2's rule, in effect)."
     ),
     nbest: int | None = typer.Option(None, "--nbest", help="Hypotheses per input (TSV when > 1)."),
     max_len_a: float | None = typer.Option(None, "--max-len-a"),

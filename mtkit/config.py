@@ -274,8 +274,9 @@ class DecodeConfig:
     lenpen: float = field(default=1.0, metadata=between(0.0, 10.0))
     # when a sentence's beam search ends, once the n-best has finished: early = when no
     # live hypothesis would beat it by ending at the next step; exact = when none could,
-    # at any length up to the cap
-    stop: Literal["early", "exact"] = "early"
+    # at any length up to the cap; top = when none has a higher log-probability than the
+    # best finished one (length penalty aside: CTranslate2's rule, in effect)
+    stop: Literal["early", "exact", "top"] = "early"
     nbest: int = field(default=1, metadata=between(1, 1000))  # translations per sentence
     max_len_a: float = field(default=1.2, metadata=between(0.0))
     max_len_b: int = field(default=10, metadata=between(0))

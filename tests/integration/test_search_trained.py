@@ -107,14 +107,42 @@ def test_smaller_nbest_is_a_prefix_of_larger(copy_model):
             assert_same(got, expected[:nbest])
 
 
-def test_early_stop_is_exact_without_length_penalty(copy_model):
-    # With lenpen 0 a step's best candidate ending with EOS beats every live beam's future.
+def test_early_and_top_stops_are_exact_without_length_penalty(copy_model):
+    # With lenpen 0 a step's best candidate ending with EOS beats every live beam's future,
+    # and a finished hypothesis no live beam outscores in log-probability cannot be beaten.
     model, src = copy_model
     for beam in (2, 5):
-        early = beam_search([model], src, beam=beam, lenpen=0.0, stop="early")
-        for got, expected in zip(early, beam_search([model], src, beam=beam, lenpen=0.0,
-                                                    stop="exact"), strict=True):
-            assert_same(got, expected)
+        exact = beam_search([model], src, beam=beam, lenpen=0.0, stop="exact")
+        for stop in ("early", "top"):
+            got = beam_search([model], src, beam=beam, lenpen=0.0, stop=stop)
+            for one, expected in zip(got, exact, strict=True):
+                assert_same(one, expected)
+
+
+def test_top_stop_does_no_more_steps_than_exact_and_keeps_a_full_nbest(copy_model):
+    """exact ends a sentence once no live beam could reach the n-best's worst score; for
+    lenpen >= 0 that implies a finished hypothesis with at least every live beam's
+    log-probability, so top never searches longer. Its n-best is full and sorted."""
+    model, src = copy_model
+    rows = {}
+    for stop in ("top", "exact"):
+        counted = []
+        step = model.decode_step
+
+        def counting(tokens, cache, step=step, counted=counted):
+            counted.append(tokens.numel())
+            return step(tokens, cache)
+
+        model.decode_step = counting
+        try:
+            found = beam_search([model], src, beam=4, nbest=3, lenpen=1.0, stop=stop)
+        finally:
+            del model.decode_step
+        rows[stop] = sum(counted)
+        for hyps in found:
+            assert len(hyps) == 3
+            assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+    assert rows["top"] <= rows["exact"]
 
 
 def test_beam_model_score_is_never_worse_than_greedy(copy_model):

@@ -99,7 +99,7 @@ def load_error(tmp_path: Path, edit: str) -> tuple[Path, str]:
         ("train: {average: top-3}", "train.average: expected best-K, last-K (K >= 1) or none"),
         ("train: {average: best-0}", "train.average: expected best-K"),
         ("train: {average: last-2, average_last: 3}", "train.average_last is the old name"),
-        ("decode: {stop: always}", "decode.stop: expected one of early, exact, got 'always'"),
+        ("decode: {stop: always}", "decode.stop: expected one of early, exact, top, got 'always'"),
     ],
 )
 def test_validation_errors_name_the_key(tmp_path, edit, message):
@@ -302,9 +302,9 @@ def test_replace_checked_returns_a_replaced_copy():
         (DecodeConfig(), {"beam": 0}, None,
          "command line: decode.beam: 0 is out of range; expected between 1 and 1000"),
         (DecodeConfig(), {"stop": "never"}, {"stop": "--stop"},
-         "--stop never: expected one of early, exact, got 'never'"),
+         "--stop never: expected one of early, exact, top, got 'never'"),
         (DecodeConfig(), {"stop": "never"}, {},
-         "command line: decode.stop: expected one of early, exact, got 'never'"),
+         "command line: decode.stop: expected one of early, exact, top, got 'never'"),
         (DecodeConfig(beam=2), {"nbest": 3}, {"nbest": "--nbest", "beam": "--beam"},
          "--nbest (3) must not exceed --beam (2)"),
         (DecodeConfig(), {"beam": 2, "nbest": 3}, None,

@@ -88,7 +88,7 @@ def test_beam_escapes_the_greedy_trap(use_cache):
     assert [h.logprob for h in hyps] == pytest.approx([ln(0.36), ln(0.2)], abs=1e-4)
 
 
-@pytest.mark.parametrize("stop", ["early", "exact"])
+@pytest.mark.parametrize("stop", ["early", "exact", "top"])
 def test_search_stops_once_nothing_can_beat_the_nbest(stop):
     # After step 1, B EOS (0.36) is finished and the live A C (0.2), A D (0.175) can only
     # lose probability: with nbest=1 nothing can change, so the search stops there.
@@ -111,7 +111,7 @@ def test_early_stop_gives_up_a_hypothesis_that_would_recover():
     (exact,) = beam_search([model], sources(A), beam=2, lenpen=1.0, stop="exact")
     assert exact[0].tokens == [A, B, C, D]
     assert exact[0].score == pytest.approx((ln(0.3) + 3 * ln(0.99)) / 5, abs=1e-4)
-    for stop in ("early", "exact"):  # without length penalty, ending now is the best
+    for stop in search.STOP_RULES:  # without length penalty, ending now is the best
         (raw,) = beam_search([model], sources(A), beam=2, lenpen=0.0, stop=stop)
         assert raw[0].tokens == []
     with pytest.raises(ValueError, match="stop"):
@@ -210,7 +210,7 @@ def test_cached_equals_uncached_scripted(lenpen):
     assert cached == beam_search([model], src, beam=3, nbest=3, lenpen=lenpen, use_cache=False)
 
 
-@pytest.mark.parametrize("stop", ["early", "exact"])
+@pytest.mark.parametrize("stop", ["early", "exact", "top"])
 def test_skipping_steps_where_nothing_ends_changes_nothing(stop, monkeypatch):
     """On the CPU a step where no candidate ends skips the n-best merge; searching with
     the merge at every step (as on a GPU) must give exactly the same hypotheses."""
