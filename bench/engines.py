@@ -15,8 +15,8 @@ thread counts, so a slow spell of a shared machine hits them alike. Prints one J
 (appended to bench/results.jsonl) and a Markdown table: per engine its best figure and
 the threads it came at, and the ratios mtkit / CTranslate2 (fp32 against float32, int8
 against int8; for latency, lower is better, for throughput higher). mtkit stops each
-sentence's search by --stop (early, the default, or exact); CTranslate2 by its own rule,
-once `beam` hypotheses have finished.
+sentence's search by --stop (early, the default, exact, or top); CTranslate2 by its own
+rule, once its top-ranked candidate has ended (mtkit's `top`, in effect).
 
     python bench/engines.py --model runs/bible-es-en/model.pt [--repeat 3] [--stop exact]
 """
@@ -152,7 +152,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("runs/bible-es-en/model.pt"))
     parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--stop", choices=("early", "exact"), default="early")
+    parser.add_argument("--stop", choices=search.STOP_RULES, default="early")
     parser.add_argument("--thread-counts", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--latency-lines", type=int, default=60)
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))

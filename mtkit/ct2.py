@@ -186,7 +186,9 @@ class CTranslate2Engine:
     """
 
     name = "ctranslate2"
-    stop_rules = ("early",)  # CTranslate2 ends a sentence once its n-best have finished
+    # CTranslate2 ends a sentence once its top-ranked candidate has ended and its n-best
+    # are in: mtkit's `top`, in effect. `early`, the default, is accepted for it.
+    stop_rules = ("early", "top")
 
     def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0):
         self.model_dir, self.device, self.threads = model_dir, device, threads

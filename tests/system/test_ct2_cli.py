@@ -32,3 +32,6 @@ def test_export_and_translate_through_the_cli(reverse_model, tmp_path, mtkit_cli
     done = mtkit_cli(exact, cwd=tmp_path, input="hola\n")
     assert done.returncode != 0 and "--engine torch" in done.stderr
     assert "Traceback" not in done.stderr
+    top = ["translate", "-m", "exported", "--stop", "top"]  # CTranslate2's own rule, in effect
+    done = mtkit_cli(top, cwd=tmp_path, input="hola\n")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 1, done.stderr
