@@ -322,7 +322,8 @@ def _top_candidates(logprob: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor
     Each beam's best `count` tokens first, then the best of those beam x count sums: adding
     a beam's logprob keeps the order of its tokens, so these are the candidates of a top-k
     over all beam x V sums, with the same values, without writing the (n, beam*V) sums
-    out: one pass fewer over a large batch's log-probs (README, "Decoding speed").
+    out: one pass fewer over a large batch's log-probs (README, "Bulk decoding on a
+    slower machine").
     """
     n, beam, vocab = lprobs.shape
     per_beam = min(count, vocab)
