@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import random
 import re
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+import unittest.mock
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -73,13 +75,19 @@ def offline(model: Path, lines: list[str], threads: int, extra: list[str]
 
 
 def in_process(model: Path, lines: list[str], threads: int, batch: int,
-               beam: int | None, workers: int = 1) -> float:
+               beam: int | None, workers: int = 1, length_groups: bool = True) -> float:
     """lines/s of Translator.search on `batch` lines at a time, in arrival order: what a
     server whose every step holds one line of each of `batch` clients can reach at best,
     with no HTTP at all (offline sorts a whole buffer by length first). With `workers`,
     that many threads of threads/workers CPU threads each take the batches in turn,
-    as `mtkit serve --workers` does."""
+    as `mtkit serve --workers` does. `length_groups=False` encodes each batch as one
+    padded batch, as mtkit did before `search.encode_by_length`."""
+    from mtkit import search
     from mtkit.translate import Translator
+
+    if not length_groups:
+        with unittest.mock.patch.object(search, "PAD_SLACK_TOKENS", math.inf):
+            return in_process(model, lines, threads, batch, beam, workers)
 
     loaded = Translator.load(model, device="cpu", threads=max(1, threads // workers),
                              beam=beam)
@@ -201,7 +209,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--lines", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=120, help="time bound per mode")
-    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES))
+    parser.add_argument("--modes", nargs="*", choices=sorted(MODES), default=list(MODES),
+                        help="none: only the in-process figures")
     parser.add_argument("--beam", type=int, default=None, help="[default: the recipe's]")
     parser.add_argument("--server-args", default="", help="more `mtkit serve` options, "
                         "e.g. '--batch-window-ms 10' (after each mode's own)")
@@ -217,9 +226,14 @@ def main() -> None:
               "threads": args.threads, "beam": args.beam, "server_args": args.server_args,
               "in_process_batches_lines_per_s": in_process(args.model, lines, args.threads,
                                                            args.clients, args.beam),
+              "in_process_one_padded_batch_lines_per_s": in_process(
+                  args.model, lines, args.threads, args.clients, args.beam,
+                  length_groups=False),
               # two workers, each with half the clients' lines per batch
               "in_process_2_workers_lines_per_s": in_process(
                   args.model, lines, args.threads, args.clients // 2, args.beam, workers=2)}
+    if not args.modes:
+        record("serve_load", {"mode": "in_process", **common}, "bench/serve_load.py")
     failed = False
     for round_number, mode in ((r, m) for r in range(1, args.rounds + 1) for m in args.modes):
         # The machine's speed drifts: each mode is compared with offline measured beside it.

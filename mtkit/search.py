@@ -18,9 +18,10 @@ Conventions shared by both searches:
 * Beam search ends a sentence by one of three rules, `stop` = early, exact or top
   (`_sentence_done`); greedy ends it at EOS or at the cap.
 
-Cost: each model encodes the batch once; with use_cache every step runs one new position
-per row; finished sentences leave the batch, so no work is spent on them; the one
-host-device synchronisation per step is the stop check. Models must be in eval mode.
+Cost: each model encodes the batch once (in groups of similar length: encode_by_length);
+with use_cache every step runs one new position per row; finished sentences leave the
+batch, so no work is spent on them; the one host-device synchronisation per step is the
+stop check. Models must be in eval mode.
 """
 
 from __future__ import annotations
@@ -108,6 +109,69 @@ def _caps(models: list[SearchModel], src: Tensor, a: float, b: int, bos: int, eo
     return max_lengths(source_lengths(src, pad, bos, eos), a, b, max_positions).to(src.device)
 
 
+# --------------------------------------------------------------------------- encoding
+
+# How much padding one encoder batch may carry, in source tokens: this many, plus this
+# share of its real tokens (see encode_by_length).
+PAD_SLACK_TOKENS = 64
+PAD_SLACK_SHARE = 0.25
+
+
+def length_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Sentence indices in groups of similar length, each one padded encoder batch.
+
+    Shortest first; a group takes the next sentence while its padding (size x longest -
+    real tokens) stays within PAD_SLACK_TOKENS + PAD_SLACK_SHARE x real tokens. One group
+    of all sentences, in their order, when the whole batch is already within that.
+    """
+    def fits(count: int, longest: int, total: int) -> bool:
+        return count * longest - total <= PAD_SLACK_TOKENS + PAD_SLACK_SHARE * total
+
+    if not lengths:
+        return []
+    if fits(len(lengths), max(lengths), sum(lengths)):
+        return [list(range(len(lengths)))]
+    groups: list[list[int]] = []
+    total = 0
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if groups and fits(len(groups[-1]) + 1, lengths[i], total + lengths[i]):
+            groups[-1].append(i)
+            total += lengths[i]
+        else:
+            groups.append([i])
+            total = lengths[i]
+    return groups
+
+
+def encode_by_length(model: SearchModel, src: Tensor, pad: int = PAD) -> tuple[Tensor, Tensor]:
+    """model.encode(src), with sentences of very different lengths encoded apart.
+
+    A batch whose lines arrived in no order (a server's, from many clients) pads every
+    sentence to the longest: with lengths from 1 to 80 most of the encoder's work would
+    be padding. Each `length_groups` group is encoded on its own, trimmed to its own
+    longest sentence, and the outputs are put back in the batch's order, zero-padded to
+    (B, S, ...) and masked there as before. A batch already of similar lengths (translate
+    sorts its input) is one group, encoded exactly as before.
+    """
+    lengths = src.ne(pad).sum(dim=1)  # (B,) EOS included
+    groups = length_groups(lengths.tolist())
+    if len(groups) == 1:
+        return model.encode(src)
+    parts = []
+    for group in groups:
+        rows = torch.tensor(group, device=src.device)
+        width = int(lengths[rows].max())
+        parts.append((rows, model.encode(src[rows, :width])))
+    sample = parts[0][1][0]  # memory (b, s, ...)
+    memory = sample.new_zeros((src.size(0), src.size(1), *sample.shape[2:]))
+    pad_mask = torch.ones(src.shape, dtype=torch.bool, device=src.device)
+    for rows, (part_memory, part_mask) in parts:
+        width = part_mask.size(1)
+        memory[rows, :width] = part_memory
+        pad_mask[rows, :width] = part_mask
+    return memory, pad_mask
+
+
 # --------------------------------------------------------------------------- the ensemble
 
 
@@ -121,11 +185,12 @@ class _Ensemble:
     """
 
     def __init__(self, models: list[SearchModel], src: Tensor, steps: int, beam: int,
-                 use_cache: bool, never: tuple[int, ...]) -> None:
+                 use_cache: bool, pad: int, never: tuple[int, ...]) -> None:
         self.models = models
         # token ids the search must not produce, as one index tensor: masking them is one op
         self.never = torch.tensor(never, dtype=torch.long, device=src.device)
-        encoded = [m.encode(src) for m in models]  # [(memory (B,S,D), src_pad_mask (B,S))]
+        # [(memory (B,S,D), src_pad_mask (B,S))]
+        encoded = [encode_by_length(m, src, pad) for m in models]
         if use_cache:
             # The caches keep what decoding needs of the source (the projected memory).
             self.caches = [m.init_cache(mem, mask, steps, beam) for m, (mem, mask) in zip(
@@ -172,7 +237,8 @@ def _start(
     models = _as_list(models)
     caps = _caps(models, src, a, b, bos, eos, pad)  # (B,)
     steps = int(caps.max())
-    return caps, steps, _Ensemble(models, src, steps, beam, use_cache, never=(pad, bos))
+    return caps, steps, _Ensemble(models, src, steps, beam, use_cache, pad,
+                                 never=(pad, bos))
 
 
 # --------------------------------------------------------------------------- greedy

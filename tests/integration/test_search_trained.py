@@ -168,3 +168,25 @@ def test_ensemble_with_itself_is_the_model_real(copy_model):
     pair = beam_search([model, model], src, beam=3, nbest=3)
     for got, expected in zip(pair, beam_search([model], src, beam=3, nbest=3), strict=True):
         assert_same(got, expected, atol=1e-5)
+
+
+def test_encoding_by_length_groups_changes_no_translation(copy_model, monkeypatch):
+    """A batch of mixed lengths, encoded in length groups (no padding slack at all, so the
+    copy model's sources split), gives the memory and the hypotheses of one padded batch."""
+    from mtkit import search
+
+    model, src = copy_model
+    whole_memory, whole_mask = model.encode(src)
+    whole_greedy = greedy_search([model], src)
+    whole_beam = beam_search([model], src, beam=3, nbest=2)
+    monkeypatch.setattr(search, "PAD_SLACK_TOKENS", 0)
+    monkeypatch.setattr(search, "PAD_SLACK_SHARE", 0.0)
+    assert len(search.length_groups(src.ne(PAD).sum(1).tolist())) > 2
+    memory, mask = search.encode_by_length(model, src, PAD)
+    assert torch.equal(mask, whole_mask)
+    keep = ~mask
+    torch.testing.assert_close(memory[keep], whole_memory[keep], atol=1e-5, rtol=1e-5)
+    assert_same(greedy_search([model], src), whole_greedy)
+    for got, expected in zip(beam_search([model], src, beam=3, nbest=2), whole_beam,
+                             strict=True):
+        assert_same(got, expected)

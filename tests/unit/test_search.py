@@ -271,3 +271,28 @@ def test_top_candidates_equal_a_top_k_over_every_beam_and_token(vocab):
     live = expected_value.isfinite()  # -inf candidates tie: any of them will do
     assert torch.equal(source[live], (index // vocab)[live])
     assert torch.equal(token[live], (index % vocab)[live])
+
+
+# --------------------------------------------------------------------------- length groups
+
+
+@pytest.mark.parametrize("lengths", [[5, 5, 6, 5], [1, 80, 2, 79, 40, 3, 41, 1, 80],
+                                     list(range(1, 65)), [7], []])
+def test_length_groups_cover_every_sentence_once_within_the_padding_slack(lengths):
+    groups = search.length_groups(lengths)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for group in groups:
+        sizes = [lengths[i] for i in group]
+        padding = len(sizes) * max(sizes) - sum(sizes)
+        # a group of one has no padding; a larger one stays within the slack
+        assert len(group) == 1 or padding <= (search.PAD_SLACK_TOKENS
+                                              + search.PAD_SLACK_SHARE * sum(sizes))
+
+
+def test_length_groups_keep_a_batch_of_similar_lengths_whole_and_in_order():
+    assert search.length_groups([30, 31, 29, 32]) == [[0, 1, 2, 3]]
+
+
+def test_length_groups_split_mixed_lengths_shortest_first(monkeypatch):
+    monkeypatch.setattr(search, "PAD_SLACK_TOKENS", 0)
+    assert search.length_groups([80, 2, 79, 3, 2]) == [[1, 4], [3], [2, 0]]
