@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_WINDOWS = 10  # the longest a step waits for more jobs, in collection windows
+IDLE_WAKE_SECONDS = 0.5  # how often an idle model thread wakes (see _next_step)
 
 # the decode function: (settings, lines) -> one result per line, in order
 Decode = Callable[[Any, list[str]], Sequence[Any]]
@@ -189,7 +190,10 @@ class Batcher:
                 if not self._waiting:
                     if self._closed:
                         return None
-                    self._changed.wait()
+                    # Timed: in the main thread, a signal that the OS delivers to another
+                    # thread does not interrupt this wait, and Python runs its handler
+                    # (SIGTERM: stop serving) only when this thread runs again.
+                    self._changed.wait(IDLE_WAKE_SECONDS)
                     continue
                 due = self._due()
                 now = self._clock()
