@@ -153,14 +153,14 @@ def encode_by_length(model: SearchModel, src: Tensor, pad: int = PAD) -> tuple[T
     (B, S, ...) and masked there as before. A batch already of similar lengths (translate
     sorts its input) is one group, encoded exactly as before.
     """
-    lengths = src.ne(pad).sum(dim=1)  # (B,) EOS included
-    groups = length_groups(lengths.tolist())
+    lengths = src.ne(pad).sum(dim=1).tolist()  # (B,) EOS included
+    groups = length_groups(lengths)
     if len(groups) == 1:
         return model.encode(src)
     parts = []
     for group in groups:
         rows = torch.tensor(group, device=src.device)
-        width = int(lengths[rows].max())
+        width = max(lengths[i] for i in group)
         parts.append((rows, model.encode(src[rows, :width])))
     sample = parts[0][1][0]  # memory (b, s, ...)
     memory = sample.new_zeros((src.size(0), src.size(1), *sample.shape[2:]))
