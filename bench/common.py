@@ -30,12 +30,38 @@ def decoding_parser(doc: str) -> argparse.ArgumentParser:
     return parser
 
 
+# Environment variables that cap the instruction sets the kernels use. With AVX2_ONLY set,
+# an AVX-512 machine runs every engine on the kernels of an AVX2-only CPU (such as the AMD
+# EPYC of the development machine), and CTranslate2 multiplies with oneDNN, as it does on
+# any CPU that is not Intel's: `env $AVX2_ONLY python bench/engines.py ...`. The cache
+# sizes and the memory of the machine stay its own. Records say which of them were set.
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA",
+              "CT2_FORCE_CPU_ISA", "CT2_USE_MKL")
+AVX2_ONLY = ("ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 "
+             "CT2_FORCE_CPU_ISA=AVX2 CT2_USE_MKL=0")
+
+
+def cpu() -> dict:
+    """The CPU's name and the vector instructions that decide kernel speed (Linux)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    return {"name": fields.get("model name", ""), "avx512": "avx512f" in flags,
+            "vnni": bool(flags & {"avx512_vnni", "avx_vnni"}), "amx": "amx_tile" in flags}
+
+
 def machine() -> dict:
     import numpy
     import sentencepiece
     import torch
 
     return {
+        "cpu": cpu(),
+        "isa_limits": {name: os.environ[name] for name in ISA_LIMITS if name in os.environ},
         "cpu_count": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)),
         "torch_threads": torch.get_num_threads(),

@@ -46,18 +46,41 @@ class DecoderCache:
 
         Rows may repeat (beam re-ranking). New row i must come from a row of the sentence
         that will be number i // beam: the search only ever re-ranks inside a sentence and
-        drops whole sentences. Only the `step` filled positions are copied, into the spare
-        buffers, which then swap with the current ones: no allocation per step.
+        drops whole sentences. Only the `step` filled positions are copied, and no memory
+        is allocated per step: when at most half the rows change (the search keeps rows in
+        place where it can), only those are gathered, into the spare buffer, and copied
+        back; otherwise every row is gathered into the spare buffer, which then swaps with
+        the current one.
         """
         kept = self.sentences if sentences is None else sentences.numel()
         if rows.numel() != kept * self.beam:
             raise ValueError(f"reorder needs {kept} x {self.beam} rows, got {rows.numel()}")
         used, count = self.step, rows.numel()
-        torch.index_select(self.self_kv[..., :used, :], 2, rows,
-                           out=self.spare_kv[:, :, :count, :, :used])
-        self.self_kv, self.spare_kv, self.rows = self.spare_kv, self.self_kv, count
+        kv = self.self_kv[..., :used, :]  # (layers, 2, R, H, used, dh)
+        moved = _changed(rows)
+        if 2 * moved.numel() <= count:
+            gathered = self.spare_kv[:, :, : moved.numel(), :, :used]
+            torch.index_select(kv, 2, rows[moved], out=gathered)
+            kv.index_copy_(2, moved, gathered)
+        else:
+            torch.index_select(kv, 2, rows, out=self.spare_kv[:, :, :count, :, :used])
+            self.self_kv, self.spare_kv = self.spare_kv, self.self_kv
+        self.rows = count
         if sentences is not None:
-            self.cross_k = [t.index_select(0, sentences) for t in self.cross_k]
-            self.cross_v = [t.index_select(0, sentences) for t in self.cross_v]
+            self.cross_k = [_keep_rows(t, sentences) for t in self.cross_k]
+            self.cross_v = [_keep_rows(t, sentences) for t in self.cross_v]
             if self.src_keep is not None:
-                self.src_keep = self.src_keep.index_select(0, sentences)
+                self.src_keep = _keep_rows(self.src_keep, sentences)
+
+
+def _changed(rows: Tensor) -> Tensor:
+    """The new rows i that do not keep their own old row (rows[i] != i)."""
+    return (rows != torch.arange(rows.numel(), device=rows.device)).nonzero().squeeze(1)
+
+
+def _keep_rows(t: Tensor, rows: Tensor) -> Tensor:
+    """t's rows `rows`, in that order: the first rows.numel() rows of t, rewritten in place
+    where they change (t is the cache's own)."""
+    moved = _changed(rows)
+    t[: rows.numel()].index_copy_(0, moved, t.index_select(0, rows[moved]))
+    return t[: rows.numel()]

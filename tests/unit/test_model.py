@@ -175,6 +175,26 @@ def test_cache_reorder_repeats_and_drops_rows():
             cache.reorder(torch.tensor([0]))
 
 
+@pytest.mark.parametrize("changed", [0, 1, 3, 5, 12])
+def test_cache_reorder_equals_a_gather_whether_it_copies_some_rows_or_all(changed):
+    """reorder copies only the changed rows when at most half change, else gathers all:
+    either way every layer's K and V at the filled positions equal a plain gather, sources
+    that are themselves overwritten (a row's and its source's content swap) included."""
+    model = make_model()
+    g = torch.Generator().manual_seed(changed)
+    with torch.inference_mode():
+        memory, pad = model.encode(tokens(4, 7, 2, 5))
+        cache = model.init_cache(memory, pad, max_len=6, beam=3)  # 4 sentences x 3 rows
+        step_through(model, cache, torch.randint(4, VOCAB, (12, 4), generator=g))
+        rows = torch.arange(12)
+        which = torch.randperm(12, generator=g)[:changed]
+        rows[which] = rows[which.roll(1)] if changed > 1 else 11 - which
+        before = cache.self_kv[..., :4, :].clone()
+        cache.reorder(rows)
+        torch.testing.assert_close(cache.self_kv[:, :, :12, :, :4], before[:, :, rows],
+                                   atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("rows, queries", [(64, 1), (16, 5), (2, 1)])
 def test_decode_step_attention_equals_the_fused_kernel(rows, queries):
     """attention() switches to plain matmuls for many rows of few queries (a large batch's

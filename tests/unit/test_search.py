@@ -273,6 +273,34 @@ def test_top_candidates_equal_a_top_k_over_every_beam_and_token(vocab):
     assert torch.equal(token[live], (index % vocab)[live])
 
 
+def test_parent_slots_keep_each_parents_best_continuation_in_its_row():
+    """Against a plain reference: slot j gets the new beam order[j]; a parent's best
+    continuation sits in the parent's own slot, the others fill the childless slots in
+    rank order."""
+    g = torch.Generator().manual_seed(0)
+    for beam in (1, 2, 5):
+        parent = torch.randint(0, beam, (200, beam), generator=g)
+        parent[0] = 0  # step 0: every continuation of beam 0
+        order = search._parent_slots(parent)
+        for row, slots in zip(parent.tolist(), order.tolist(), strict=True):
+            assert sorted(slots) == list(range(beam))
+            firsts = {p: j for j, p in reversed(list(enumerate(row)))}  # parent -> best child
+            expected = [firsts.get(s) for s in range(beam)]
+            others = iter(j for j in range(beam) if firsts[row[j]] != j)
+            expected = [j if j is not None else next(others) for j in expected]
+            assert slots == expected
+
+
+@pytest.mark.parametrize("done", [[0, 0, 0], [1, 0, 0, 1, 0, 0], [1, 1, 0], [0, 0, 1],
+                                  [1, 1, 1], [0, 1, 0, 1, 0, 1, 1, 0]])
+def test_kept_in_place_moves_only_sentences_from_behind_the_kept(done):
+    done = torch.tensor(done, dtype=torch.bool)
+    order = search._kept_in_place(done).tolist()
+    kept = [i for i, d in enumerate(done.tolist()) if not d]
+    assert sorted(order) == kept
+    assert all(order[i] == i for i in kept if i < len(kept))  # those within stay put
+
+
 # --------------------------------------------------------------------------- length groups
 
 
