@@ -47,18 +47,19 @@ class DecoderCache:
         Rows may repeat (beam re-ranking). New row i must come from a row of the sentence
         that will be number i // beam: the search only ever re-ranks inside a sentence and
         drops whole sentences. Only the `step` filled positions are copied, and no memory
-        is allocated per step: when at most half the rows change (the search keeps rows in
-        place where it can), only those are gathered, into the spare buffer, and copied
-        back; otherwise every row is gathered into the spare buffer, which then swaps with
-        the current one.
+        is allocated per step: on the CPU, when at most half the rows change (the search
+        keeps rows in place where it can), only those are gathered, into the spare buffer,
+        and copied back; otherwise every row is gathered into the spare buffer, which then
+        swaps with the current one. (On a GPU, counting the changed rows would be a wait
+        per step, so it always gathers every row.)
         """
         kept = self.sentences if sentences is None else sentences.numel()
         if rows.numel() != kept * self.beam:
             raise ValueError(f"reorder needs {kept} x {self.beam} rows, got {rows.numel()}")
         used, count = self.step, rows.numel()
         kv = self.self_kv[..., :used, :]  # (layers, 2, R, H, used, dh)
-        moved = _changed(rows)
-        if 2 * moved.numel() <= count:
+        moved = _changed(rows) if rows.device.type == "cpu" else None
+        if moved is not None and 2 * moved.numel() <= count:
             gathered = self.spare_kv[:, :, : moved.numel(), :, :used]
             torch.index_select(kv, 2, rows[moved], out=gathered)
             kv.index_copy_(2, moved, gathered)
@@ -79,8 +80,10 @@ def _changed(rows: Tensor) -> Tensor:
 
 
 def _keep_rows(t: Tensor, rows: Tensor) -> Tensor:
-    """t's rows `rows`, in that order: the first rows.numel() rows of t, rewritten in place
-    where they change (t is the cache's own)."""
+    """t's rows `rows`, in that order: on the CPU the first rows.numel() rows of t,
+    rewritten in place where they change (t is the cache's own)."""
+    if rows.device.type != "cpu":
+        return t.index_select(0, rows)
     moved = _changed(rows)
     t[: rows.numel()].index_copy_(0, moved, t.index_select(0, rows[moved]))
     return t[: rows.numel()]

@@ -20,8 +20,9 @@ Conventions shared by both searches:
 
 Cost: each model encodes the batch once (in groups of similar length: encode_by_length);
 with use_cache every step runs one new position per row; finished sentences leave the
-batch, so no work is spent on them; the one host-device synchronisation per step is the
-stop check. Models must be in eval mode.
+batch, so no work is spent on them; beams and sentences keep their rows where they can
+(`_parent_slots`, `_kept_in_place`), so the decoder cache copies few rows per step; the
+one host-device synchronisation per step is the stop check. Models must be in eval mode.
 """
 
 from __future__ import annotations
