@@ -73,11 +73,31 @@ def machine() -> dict:
     }
 
 
+def mtkit_code() -> str | None:
+    """The commit of the mtkit package this process imported (a checkout or a work tree),
+    with "+changes" when its files differ from it; None outside git."""
+    import subprocess
+
+    import mtkit
+
+    package = Path(mtkit.__file__).resolve().parent
+    try:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(package), *args], capture_output=True,
+                                  text=True, check=True).stdout.strip()
+
+        changed = git("status", "--porcelain", "--", ".")
+        return git("rev-parse", "--short", "HEAD") + ("+changes" if changed else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def record(figure: str, values: dict, script: str) -> dict:
     """Print one JSON line and append it to bench/results.jsonl."""
     entry = {
         "figure": figure,
         **values,
+        "mtkit_code": mtkit_code(),
         "machine": machine(),
         "command": shlex.join(["python", script, *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
