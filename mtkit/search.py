@@ -465,7 +465,7 @@ def _parent_slots(parent: Tensor) -> Tensor:
     best by value wherever they are.
     """
     beam = parent.size(1)
-    same = parent.unsqueeze(2) == parent.unsqueeze(1)  # (n, beam, beam): same parent as
+    same = parent.unsqueeze(2) == parent.unsqueeze(1)  # (n, beam, beam): j, k share a parent
     earlier = torch.ones(beam, beam, dtype=torch.bool, device=parent.device).tril(-1)
     first = ~(same & earlier).any(dim=2)  # (n, beam): no better sibling
     has_child = torch.zeros_like(first).scatter_(1, parent, True)  # (n, beam) by slot
@@ -479,7 +479,8 @@ def _kept_in_place(done: Tensor) -> Tensor:
     """(n,) True where a sentence leaves the batch -> the kept sentences' indices, in the
     order they take the first rows: each one already among those rows stays, and the
     places of the leaving ones there are filled from the end, so that the decoder state
-    moves one sentence per leaving one, not every sentence after it."""
+    moves one sentence per leaving one, not every sentence after it. (On a GPU, a step
+    where sentences leave waits a second time, for the places.)"""
     keep = (~done).nonzero().squeeze(1)  # ascending
     kept = keep.numel()
     if kept == done.numel():
