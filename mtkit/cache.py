@@ -60,9 +60,7 @@ class DecoderCache:
         kv = self.self_kv[..., :used, :]  # (layers, 2, R, H, used, dh)
         moved = _changed(rows) if rows.device.type == "cpu" else None
         if moved is not None and 2 * moved.numel() <= count:
-            gathered = self.spare_kv[:, :, : moved.numel(), :, :used]
-            torch.index_select(kv, 2, rows[moved], out=gathered)
-            kv.index_copy_(2, moved, gathered)
+            _copy_moved(kv, 2, rows, moved, out=self.spare_kv[:, :, : moved.numel(), :, :used])
         else:
             torch.index_select(kv, 2, rows, out=self.spare_kv[:, :, :count, :, :used])
             self.self_kv, self.spare_kv = self.spare_kv, self.self_kv
@@ -79,11 +77,17 @@ def _changed(rows: Tensor) -> Tensor:
     return (rows != torch.arange(rows.numel(), device=rows.device)).nonzero().squeeze(1)
 
 
+def _copy_moved(t: Tensor, dim: int, rows: Tensor, moved: Tensor,
+                out: Tensor | None = None) -> None:
+    """In place along `dim`: row i of t becomes old row rows[i] for each i in `moved`; the
+    sources are gathered first (into `out` when given), as some are also destinations."""
+    t.index_copy_(dim, moved, torch.index_select(t, dim, rows[moved], out=out))
+
+
 def _keep_rows(t: Tensor, rows: Tensor) -> Tensor:
     """t's rows `rows`, in that order: on the CPU the first rows.numel() rows of t,
     rewritten in place where they change (t is the cache's own)."""
     if rows.device.type != "cpu":
         return t.index_select(0, rows)
-    moved = _changed(rows)
-    t[: rows.numel()].index_copy_(0, moved, t.index_select(0, rows[moved]))
+    _copy_moved(t, 0, rows, _changed(rows))
     return t[: rows.numel()]
