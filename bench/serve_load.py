@@ -16,7 +16,9 @@ Records lines/s, p50/p99 latency, mean lines per engine batch (from /metrics), l
 relative to offline, and the share of the cores' time the server and the clients used;
 also the lines/s of the Translator in this process on batches of N lines in arrival
 order, the best one model thread can do whose steps hold one line of each of N clients,
-and of two threads each decoding batches of N/2 lines (as two workers would).
+the same on batches of N lines sorted by length (offline's order: the batch size alone,
+without the mixed lengths), and of two threads each decoding batches of N/2 lines (as
+two workers would).
 Loopback only; bounded in requests and in time.
 
     python bench/serve_load.py [--model runs/demo/model.pt] [--clients 64] [--lines 1000]
@@ -75,22 +77,30 @@ def offline(model: Path, lines: list[str], threads: int, extra: list[str]
 
 
 def in_process(model: Path, lines: list[str], threads: int, batch: int,
-               beam: int | None, workers: int = 1, length_groups: bool = True) -> float:
+               beam: int | None, workers: int = 1, length_groups: bool = True,
+               by_length: bool = False) -> float:
     """lines/s of Translator.search on `batch` lines at a time, in arrival order: what a
     server whose every step holds one line of each of `batch` clients can reach at best,
     with no HTTP at all (offline sorts a whole buffer by length first). With `workers`,
     that many threads of threads/workers CPU threads each take the batches in turn,
     as `mtkit serve --workers` does. `length_groups=False` encodes each batch as one
-    padded batch, as mtkit did before `search.encode_by_length`."""
+    padded batch, as mtkit did before `search.encode_by_length`. `by_length=True` sorts
+    all the lines by source length first, as offline translate does, and then cuts the
+    same `batch`-line batches: what separates the cost of small batches from the cost of
+    lengths mixed in one batch, which is what a server's batches of one line per client
+    carry."""
     from mtkit import search
     from mtkit.translate import Translator
 
     if not length_groups:
         with unittest.mock.patch.object(search, "PAD_SLACK_TOKENS", math.inf):
-            return in_process(model, lines, threads, batch, beam, workers)
+            return in_process(model, lines, threads, batch, beam, workers, by_length=by_length)
 
     loaded = Translator.load(model, device="cpu", threads=max(1, threads // workers),
                              beam=beam)
+    if by_length:
+        lengths = [len(ids) for ids in loaded.tokenizer.encode_src(lines)]
+        lines = [line for _, line in sorted(zip(lengths, lines), key=lambda pair: pair[0])]
     loaded.search(lines[:batch])  # warm-up
     batches = iter(range(0, len(lines), batch))
     lock = threading.Lock()
@@ -232,6 +242,9 @@ def main() -> None:
               "threads": args.threads, "beam": args.beam, "server_args": args.server_args,
               "in_process_batches_lines_per_s": in_process(args.model, lines, args.threads,
                                                            args.clients, args.beam),
+              # the same batch size, lengths sorted as offline sorts them
+              "in_process_sorted_batches_lines_per_s": in_process(
+                  args.model, lines, args.threads, args.clients, args.beam, by_length=True),
               "in_process_one_padded_batch_lines_per_s": in_process(
                   args.model, lines, args.threads, args.clients, args.beam,
                   length_groups=False),

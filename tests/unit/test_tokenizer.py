@@ -14,6 +14,7 @@ from mtkit.errors import CheckpointError, DataError
 from mtkit.tokenizer import (
     BOS_ID,
     EOS_ID,
+    FEW_LINES,
     PAD_ID,
     UNK_ID,
     Tokenizer,
@@ -94,6 +95,24 @@ def test_joint_tokenizer(tokenizer: Tokenizer, spm_model: Path, data_dir: Path) 
     assert tokenizer.decode_tgt(ids) == sp.decode(plain)
     padded = [[BOS_ID, *seq, EOS_ID, PAD_ID, PAD_ID] for seq in ids]
     assert tokenizer.decode_tgt(padded) == sp.decode(plain)
+
+
+def test_few_lines_match_a_list_call(tokenizer: Tokenizer, spm_model: Path,
+                                     data_dir: Path) -> None:
+    """Fewer than FEW_LINES lines go through sentencepiece one at a time, more as one list
+    call: the ids and texts are the same either way."""
+    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+    lines = (data_dir / "dev.en").read_text(encoding="utf-8").splitlines()
+    many = (lines * (FEW_LINES // len(lines) + 2))[: FEW_LINES + 3]
+    assert len(many) >= FEW_LINES
+    expected = sp.encode(many)
+    assert tokenizer.encode_src(many) == expected
+    assert [tokenizer.encode_src([line])[0] for line in many[:10]] == expected[:10]
+    assert tokenizer.encode_src(many[:3]) == expected[:3]
+    texts = sp.decode([[i for i in seq if i != UNK_ID] for seq in expected])
+    assert tokenizer.decode_tgt(expected) == texts
+    assert tokenizer.decode_tgt(expected[:5]) == texts[:5]
+    assert tokenizer.encode_src([]) == [] and tokenizer.decode_tgt([]) == []
 
 
 def test_from_bytes_and_fingerprint(tokenizer: Tokenizer) -> None:
