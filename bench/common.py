@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -41,6 +42,7 @@ AVX2_ONLY = ("ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_C
              "CT2_FORCE_CPU_ISA=AVX2 CT2_USE_MKL=0")
 
 
+@functools.cache
 def cpu() -> dict:
     """The CPU's name and the vector instructions that decide kernel speed (Linux)."""
     try:
@@ -73,9 +75,11 @@ def machine() -> dict:
     }
 
 
+@functools.cache
 def mtkit_code() -> str | None:
     """The commit of the mtkit package this process imported (a checkout or a work tree),
-    with "+changes" when its files differ from it; None outside git."""
+    with "+changes" when its files differ from it; None outside git. Once per process:
+    the package imported does not change while it runs."""
     import subprocess
 
     import mtkit

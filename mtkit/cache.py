@@ -66,10 +66,12 @@ class DecoderCache:
             self.self_kv, self.spare_kv = self.spare_kv, self.self_kv
         self.rows = count
         if sentences is not None:
-            self.cross_k = [_keep_rows(t, sentences) for t in self.cross_k]
-            self.cross_v = [_keep_rows(t, sentences) for t in self.cross_v]
+            # the sentences that move, found once for all the tensors kept by sentence
+            moved_sentences = _changed(sentences) if sentences.device.type == "cpu" else None
+            self.cross_k = [_keep_rows(t, sentences, moved_sentences) for t in self.cross_k]
+            self.cross_v = [_keep_rows(t, sentences, moved_sentences) for t in self.cross_v]
             if self.src_keep is not None:
-                self.src_keep = _keep_rows(self.src_keep, sentences)
+                self.src_keep = _keep_rows(self.src_keep, sentences, moved_sentences)
 
 
 def _changed(rows: Tensor) -> Tensor:
@@ -84,10 +86,11 @@ def _copy_moved(t: Tensor, dim: int, rows: Tensor, moved: Tensor,
     t.index_copy_(dim, moved, torch.index_select(t, dim, rows[moved], out=out))
 
 
-def _keep_rows(t: Tensor, rows: Tensor) -> Tensor:
-    """t's rows `rows`, in that order: on the CPU the first rows.numel() rows of t,
-    rewritten in place where they change (t is the cache's own)."""
-    if rows.device.type != "cpu":
+def _keep_rows(t: Tensor, rows: Tensor, moved: Tensor | None) -> Tensor:
+    """t's rows `rows`, in that order: on the CPU (`moved` = _changed(rows)) the first
+    rows.numel() rows of t, rewritten in place where they change (t is the cache's own);
+    elsewhere (`moved` None) a gather."""
+    if moved is None:
         return t.index_select(0, rows)
-    _copy_moved(t, 0, rows, _changed(rows))
+    _copy_moved(t, 0, rows, moved)
     return t[: rows.numel()]
