@@ -13,7 +13,9 @@ thread with --threads), `workers` (the same with --workers 2 --threads 1: two mo
 threads of one CPU thread each, decoding batches side by side) and `unbatched`
 (--batch-window-ms 0 --max-tokens 1: one request's line at a time, the same clients).
 Records lines/s, p50/p99 latency, mean lines per engine batch (from /metrics), lines/s
-relative to offline, and the share of the cores' time the server and the clients used;
+relative to offline, the share of the cores' time the server and the clients used, and
+the CPU time per line of each busy server thread (from /proc: the HTTP thread's is the
+last);
 also the lines/s of the Translator in this process on batches of N lines in arrival
 order, the best one model thread can do whose steps hold one line of each of N clients,
 the same on batches of N lines sorted by length (offline's order: the batch size alone,
@@ -146,10 +148,24 @@ def batch_totals(port: int) -> tuple[float, float]:
     return float(found["count"]), float(found["sum"])
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time a process (or one of its threads) has used so far (Linux
+    /proc)."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def threads_cpu_seconds(pid: int) -> dict[int, float]:
+    """cpu_seconds of each thread of a process, by thread id (a thread that ends while
+    they are read is left out)."""
+    found = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            found[int(tid)] = cpu_seconds(pid, int(tid))
+        except FileNotFoundError:
+            pass
+    return found
 
 
 def load(port: int, lines: list[str], expected: list[str], clients: int,
@@ -195,12 +211,15 @@ def load(port: int, lines: list[str], expected: list[str], clients: int,
     for thread in threads:
         thread.start()
     server_cpu, clients_cpu = cpu_seconds(server_pid), time.process_time()
+    server_threads = threads_cpu_seconds(server_pid)
     deadline = time.monotonic() + seconds
     start = time.perf_counter()
     ready.wait()
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - start
+    server_threads = {tid: seconds - server_threads.get(tid, 0.0)
+                      for tid, seconds in threads_cpu_seconds(server_pid).items()}
     server_cpu, clients_cpu = (cpu_seconds(server_pid) - server_cpu,
                                time.process_time() - clients_cpu)
     batches, batched_lines = (after - before for after, before in
@@ -215,6 +234,12 @@ def load(port: int, lines: list[str], expected: list[str], clients: int,
         "mismatches": len(problems), "first_mismatches": problems[:3],
         # the cores' time in use by each side, as a share of the wall time of all cores
         "server_cpu_share": round(server_cpu / (wall * usable_cores()), 2),
+        # CPU ms per answered line of each server thread busy 1% of the time or more,
+        # largest first: the model thread and torch's intra-op threads, then the HTTP
+        # thread (uvicorn's event loop, which reads, parses and answers every request)
+        "server_threads_cpu_ms_per_line": sorted(
+            (round(1000 * seconds / max(len(latencies), 1), 3)
+             for seconds in server_threads.values() if seconds >= 0.01 * wall), reverse=True),
         "clients_cpu_share": round(clients_cpu / (wall * usable_cores()), 2),
     }
 
