@@ -2,20 +2,23 @@
 
 Makes L lines (Bible test verses cut to mixed lengths), translates them offline with
 `mtkit translate` (its own summary gives lines/s without the model load) and keeps that
-output as the expected answers; offline runs again before each server measurement, so
-that each ratio compares two figures taken side by side. For each server mode it starts
+output as the expected answers; offline runs again right before and right after each
+server measurement, and each ratio is to the mean of the two, so that it compares
+figures taken side by side on a machine whose speed drifts. For each server mode it starts
 `mtkit serve` on a free loopback port and lets N client threads (stdlib http.client, one
 keep-alive connection each) send one line per request to POST /translate, each line
 once, until all are done or the time bound passes. Every answer is compared with the offline line.
 
 Modes: `batched` (the server's defaults: a 5 ms window, --max-tokens 4096, one model
 thread with --threads), `workers` (the same with --workers 2 --threads 1: two model
-threads of one CPU thread each, decoding batches side by side) and `unbatched`
+threads of one CPU thread each, decoding batches side by side), `processes` (--processes
+2 --threads 1: two server processes on the port, one CPU thread each) and `unbatched`
 (--batch-window-ms 0 --max-tokens 1: one request's line at a time, the same clients).
-Records lines/s, p50/p99 latency, mean lines per engine batch (from /metrics), lines/s
+Records lines/s, p50/p99 latency, mean lines per engine batch (from /metrics; not with
+--processes, whose counters are per process), lines/s
 relative to offline, the share of the cores' time the server and the clients used, and
-the CPU time per line of each busy server thread (from /proc: the HTTP thread's is the
-last);
+the CPU time per line of each busy server thread (from /proc, every server process: the
+HTTP threads' are the last);
 also the lines/s of the Translator in this process on batches of N lines in arrival
 order, the best one model thread can do whose steps hold one line of each of N clients,
 the same on batches of N lines sorted by length (offline's order: the batch size alone,
@@ -24,11 +27,12 @@ two workers would).
 Loopback only; bounded in requests and in time.
 
     python bench/serve_load.py [--model runs/demo/model.pt] [--clients 64] [--lines 1000]
-                               [--modes batched workers] [--rounds 3]
+                               [--modes batched processes] [--rounds 3]
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
@@ -51,6 +55,7 @@ from mtkit.runtime import usable_cores  # noqa: E402
 
 MTKIT = Path(sys.executable).with_name("mtkit")
 MODES = {"batched": [], "workers": ["--workers", "2", "--threads", "1"],
+         "processes": ["--processes", "2", "--threads", "1"],
          "unbatched": ["--batch-window-ms", "0", "--max-tokens", "1"]}
 
 
@@ -156,25 +161,39 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def threads_cpu_seconds(pid: int) -> dict[int, float]:
-    """cpu_seconds of each thread of a process, by thread id (a thread that ends while
-    they are read is left out)."""
-    found = {}
+def process_tree(pid: int) -> list[int]:
+    """A process and all its descendants (Linux /proc): `serve --processes` serves from
+    children."""
+    found = [pid]
     for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            found[int(tid)] = cpu_seconds(pid, int(tid))
-        except FileNotFoundError:
-            pass
+        with contextlib.suppress(FileNotFoundError):
+            children = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+            for child in children:
+                found += process_tree(int(child))
+    return found
+
+
+def threads_cpu_seconds(pid: int) -> dict[int, float]:
+    """cpu_seconds of each thread of a process and its descendants, by thread id (a
+    thread that ends while they are read is left out)."""
+    found = {}
+    for process in process_tree(pid):
+        with contextlib.suppress(FileNotFoundError):
+            for tid in os.listdir(f"/proc/{process}/task"):
+                with contextlib.suppress(FileNotFoundError):
+                    found[int(tid)] = cpu_seconds(process, int(tid))
     return found
 
 
 def load(port: int, lines: list[str], expected: list[str], clients: int,
-         seconds: float, server_pid: int) -> dict:
+         seconds: float, server_pid: int, one_process: bool = True) -> dict:
     """Every line once, from `clients` threads, until done or `seconds` have passed; with
     the CPU time the server and the clients (this process) used meanwhile, since on one
     machine the clients take cores the server would use. The clock starts once every
     client has connected: a long-running service keeps its connections, and opening 64
-    at once is not translation work (it split the first batches in two)."""
+    at once is not translation work (it split the first batches in two). The mean batch
+    size comes from /metrics, so only from a server of `one_process`: with `--processes`
+    each scrape reads the counters of whichever process takes the connection."""
     next_line, lock = iter(range(len(lines))), threading.Lock()
     latencies: list[float] = []
     problems: list[str] = []
@@ -210,8 +229,7 @@ def load(port: int, lines: list[str], expected: list[str], clients: int,
     threads = [threading.Thread(target=client) for _ in range(clients)]
     for thread in threads:
         thread.start()
-    server_cpu, clients_cpu = cpu_seconds(server_pid), time.process_time()
-    server_threads = threads_cpu_seconds(server_pid)
+    server_threads, clients_cpu = threads_cpu_seconds(server_pid), time.process_time()
     deadline = time.monotonic() + seconds
     start = time.perf_counter()
     ready.wait()
@@ -220,8 +238,7 @@ def load(port: int, lines: list[str], expected: list[str], clients: int,
     wall = time.perf_counter() - start
     server_threads = {tid: seconds - server_threads.get(tid, 0.0)
                       for tid, seconds in threads_cpu_seconds(server_pid).items()}
-    server_cpu, clients_cpu = (cpu_seconds(server_pid) - server_cpu,
-                               time.process_time() - clients_cpu)
+    server_cpu, clients_cpu = sum(server_threads.values()), time.process_time() - clients_cpu
     batches, batched_lines = (after - before for after, before in
                               zip(batch_totals(port), (batches_before, lines_before)))
     latencies.sort()
@@ -230,13 +247,14 @@ def load(port: int, lines: list[str], expected: list[str], clients: int,
         "lines_per_s": round(len(latencies) / wall, 1),
         "p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
         "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 1),
-        "mean_batch_lines": round(batched_lines / max(batches, 1), 2),
+        "mean_batch_lines": round(batched_lines / max(batches, 1), 2) if one_process else None,
         "mismatches": len(problems), "first_mismatches": problems[:3],
         # the cores' time in use by each side, as a share of the wall time of all cores
         "server_cpu_share": round(server_cpu / (wall * usable_cores()), 2),
-        # CPU ms per answered line of each server thread busy 1% of the time or more,
-        # largest first: the model thread and torch's intra-op threads, then the HTTP
-        # thread (uvicorn's event loop, which reads, parses and answers every request)
+        # CPU ms per answered line of each server thread busy 1% of the time or more
+        # (in every server process), largest first: the model threads and torch's
+        # intra-op threads, then the HTTP threads (uvicorn's event loop, which reads,
+        # parses and answers every request)
         "server_threads_cpu_ms_per_line": sorted(
             (round(1000 * seconds / max(len(latencies), 1), 3)
              for seconds in server_threads.values() if seconds >= 0.01 * wall), reverse=True),
@@ -280,19 +298,24 @@ def main() -> None:
         record("serve_load", {"mode": "in_process", **common}, "bench/serve_load.py")
     failed = False
     for round_number, mode in ((r, m) for r in range(1, args.rounds + 1) for m in args.modes):
-        # The machine's speed drifts: each mode is compared with offline measured beside it.
+        # The machine's speed drifts: each mode is compared with offline measured right
+        # before and right after it (their mean).
         _, offline_rate = offline(args.model, lines, args.threads, beam)
         server, port = start_server(args.model, args.threads,
                                     [*MODES[mode], *beam, *shlex.split(args.server_args)])
         try:
+            one_process = "--processes" not in MODES[mode]
             load(port, lines[:50], expected[:50], 8, 60, server.pid)  # warm-up
-            found = load(port, lines, expected, args.clients, args.seconds, server.pid)
+            found = load(port, lines, expected, args.clients, args.seconds, server.pid,
+                         one_process)
         finally:
             server.send_signal(signal.SIGTERM)
             exit_code = server.wait(60)
-        found["vs_offline"] = round(found["lines_per_s"] / offline_rate, 2)
+        _, offline_after = offline(args.model, lines, args.threads, beam)
+        found["vs_offline"] = round(2 * found["lines_per_s"] / (offline_rate + offline_after), 2)
         record("serve_load", {"mode": mode, "round": round_number, **common,
-                              "offline_lines_per_s": offline_rate, **found,
+                              "offline_lines_per_s": offline_rate,
+                              "offline_after_lines_per_s": offline_after, **found,
                               "server_exit": exit_code}, "bench/serve_load.py")
         failed |= bool(found["mismatches"]) or exit_code != 0
     if failed:

@@ -57,10 +57,15 @@ def _main(
 ) -> None:
     global _debug
     _debug = debug
+    log_to_stderr(logging.WARNING if quiet_logs else logging.INFO)
+
+
+def log_to_stderr(level: int) -> None:
+    """mtkit's log lines on stderr, from `level` up (also in `serve --processes` children)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", "%H:%M:%S"))
     log.handlers[:] = [handler]
-    log.setLevel(logging.WARNING if quiet_logs else logging.INFO)
+    log.setLevel(level)
     log.propagate = False
 
 
@@ -435,6 +440,10 @@ def serve(
         1, "--workers", help="Model threads decoding batches side by side, each with "
         "--threads CPU threads (--threads 0: the cores shared out among them)."
     ),
+    processes: int = typer.Option(
+        1, "--processes", help="Server processes on the port, each with its own copy of "
+        "the model and its own --workers (Linux; --threads 0: the cores shared out)."
+    ),
     quantize: str = typer.Option(
         "none", "--quantize", help="int8: dynamic int8 linear layers (CPU), or none."
     ),
@@ -467,7 +476,8 @@ def serve(
                     max_queue=max_queue, max_beam=max_beam)
     serve_forever(ServeOptions(
         models=tuple(models), host=host, port=port, beam=beam, lenpen=lenpen, quantize=quantize,
-        device=device, threads=threads, workers=workers, engine=engine, max_tokens=max_tokens,
+        device=device, threads=threads, workers=workers, processes=processes, engine=engine,
+        max_tokens=max_tokens,
         batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,
     ))
 

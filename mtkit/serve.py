@@ -28,6 +28,7 @@ from .serve_api import Limits
 
 log = logging.getLogger("mtkit")
 GRACE_SECONDS = 30  # how long requests in flight may take to finish after SIGTERM
+BACKLOG = 1024  # connections the kernel holds for the server to accept
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class ServeOptions:
     device: str = "auto"
     threads: int = 0  # torch threads of each worker; 0: the cores shared among the workers
     workers: int = 1  # model threads, each decoding a batch of its own
+    processes: int = 1  # server processes on the port, each with its own model and workers
     engine: str = "auto"
     max_tokens: int = 4096  # source tokens per batch, padding included
     batch_window_ms: float = 5.0
@@ -69,7 +71,8 @@ def check_options(options: ServeOptions) -> None:
                "--max-chars": (limits.max_chars, 1, None),
                "--max-queue": (limits.max_queue, 1, None),
                "--max-beam": (limits.max_beam, 1, 1000),
-               "--workers": (options.workers, 1, 64)}
+               "--workers": (options.workers, 1, 64),
+               "--processes": (options.processes, 1, 64)}
     for flag, (value, low, high) in numbers.items():
         if value < low or (high is not None and value > high):
             expected = f"between {low} and {high}" if high is not None else f"at least {low}"
@@ -84,23 +87,56 @@ def check_options(options: ServeOptions) -> None:
 def listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        return socket.create_server((host, port), family=family, backlog=1024)
+        return socket.create_server((host, port), family=family, backlog=BACKLOG)
     except OSError as exc:
         why = os.strerror(exc.errno) if exc.errno else str(exc)
         raise ConfigError(f"--host {host} --port {port}: cannot listen there ({why})") from None
 
 
 def serve(options: ServeOptions) -> None:
-    uvicorn = web_server()
+    web_server()
     check_options(options)
+    if options.processes == 1:
+        serve_here(options, listen(options.host, options.port))
+        return
+    from .serve_processes import bind_group, run_group
+
+    sockets = bind_group(options.host, options.port, options.processes)
+    address = _address(sockets[0])
+    run_group(sockets, serve_child, (options,),
+              on_ready=lambda served: log.info("serving %s on %s (page /, API docs /docs), "
+                                               "%d processes", served, address,
+                                               options.processes))
+
+
+def serve_child(options: ServeOptions, sock: socket.socket, report: Any, log_level: int) -> None:
+    """One process of `--processes N` (serve_processes.py): the whole server on `sock`,
+    which it starts to listen on once the model is loaded."""
+    from .cli import log_to_stderr
+    from .errors import MtkitError
+
+    log_to_stderr(log_level)
+    try:
+        serve_here(options, sock, report)
+    except MtkitError as exc:
+        report.send(("error", str(exc), exc.exit_code))
+        raise SystemExit(exc.exit_code) from None
+
+
+def serve_here(options: ServeOptions, sock: socket.socket, report: Any = None) -> None:
+    """The server in this process, on a listening socket; or, with `report` (a pipe to
+    the parent of a process group), on a bound one that it starts to listen on once the
+    model is loaded, saying ("ready", what it serves) then."""
+    uvicorn = web_server()
     from .batcher import Batcher
     from .serve_app import MeteredEngine, Service, build_app, decoder, models_answer
     from .serve_metrics import ServeMetrics
     from .translate import OPTION_NAMES, Translator
 
     threads = options.threads
-    if threads == 0 and options.workers > 1:  # the cores shared out among the workers
-        threads = max(1, usable_cores() // options.workers)
+    model_threads = options.workers * options.processes
+    if threads == 0 and model_threads > 1:  # the cores shared out among the model threads
+        threads = max(1, usable_cores() // model_threads)
     loaded = Translator.load(
         options.models, device=options.device, threads=threads,
         quantize=options.quantize, engine=options.engine, max_tokens=options.max_tokens,
@@ -112,7 +148,6 @@ def serve(options: ServeOptions) -> None:
     names = [str(p) for p in options.models]
     models = models_answer(loaded, names, options.limits, options.api_key,
                            options.batch_window_ms)
-    sock = listen(options.host, options.port)
     batcher = Batcher(decoder(translator), window=options.batch_window_ms / 1000,
                       max_tokens=options.max_tokens,
                       max_queue_lines=options.limits.max_queue)
@@ -122,13 +157,15 @@ def serve(options: ServeOptions) -> None:
                             lifespan="off", timeout_graceful_shutdown=GRACE_SECONDS)
     server = uvicorn.Server(config)
     _forward_uvicorn_logs()
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    langs = loaded.engine.recipe.data.langs
-    if options.workers > 1:  # before the line that says the server is up
+    if options.workers > 1 and report is None:  # before the line that says the server is up
         log.info("%d model workers, %d threads each", options.workers, threads)
-    log.info("serving %s (%s -> %s) on http://%s:%d (page /, API docs /docs)",
-             " + ".join(names), langs.src, langs.tgt, shown, port)
+    langs = loaded.engine.recipe.data.langs
+    served = f"{' + '.join(names)} ({langs.src} -> {langs.tgt})"
+    if report is None:
+        log.info("serving %s on %s (page /, API docs /docs)", served, _address(sock))
+    else:
+        sock.listen(BACKLOG)
+        report.send(("ready", served))
     failed: list[BaseException] = []
 
     def serve_http() -> None:
@@ -157,6 +194,11 @@ def serve(options: ServeOptions) -> None:
     if failed:
         raise failed[0]
     log.info("stopped: %d lines translated", metrics.lines)
+
+
+def _address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 @contextlib.contextmanager

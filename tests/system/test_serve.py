@@ -253,6 +253,31 @@ def test_two_workers_answer_as_translate_and_stop_cleanly(model, tmp_path, expec
         stop(server)
 
 
+def test_two_processes_answer_as_translate_and_stop_cleanly(model, tmp_path, expected):
+    """--processes 2: two server processes share the port (SO_REUSEPORT); every answer is
+    translate's whichever process takes the connection, and SIGTERM to the parent stops
+    both, which answer what they hold and exit 0, so the parent does too."""
+    server = start_server(tmp_path, model, "--processes", "2", "--batch-window-ms", "30")
+    try:
+        assert "2 processes" in server.stderr()
+        failures = mixed_clients(server, expected, clients=8, rounds=4)
+        assert not failures, "\n".join(failures)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(60) == 0
+        log = server.stderr()
+        assert log.count("refusing new connections") == 2 and "Traceback" not in log
+    finally:
+        stop(server)
+
+
+def test_a_process_that_cannot_start_is_a_one_line_error(tmp_path, mtkit_inprocess,
+                                                          expect_error):
+    """A model that does not load fails in the children; the parent says why, once."""
+    missing = tmp_path / "missing.pt"
+    expect_error(mtkit_inprocess(["serve", "-m", str(missing), "--port", "0",
+                                  "--processes", "2"], tmp_path), str(missing))
+
+
 def mixed_clients(server: Server, expected: dict, clients: int, rounds: int) -> list[str]:
     """`clients` threads at once, `rounds` one-line requests each, odd clients greedy
     through /v1/translate, even ones LibreTranslate's way with the server's settings:
