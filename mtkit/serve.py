@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import socket
 import threading
@@ -89,8 +88,9 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         return socket.create_server((host, port), family=family, backlog=BACKLOG)
     except OSError as exc:
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise ConfigError(f"--host {host} --port {port}: cannot listen there ({why})") from None
+        from .serve_processes import cannot_listen
+
+        raise cannot_listen(host, port, exc) from None
 
 
 def serve(options: ServeOptions) -> None:

@@ -54,9 +54,14 @@ def bind_group(host: str, port: int, count: int) -> list[socket.socket]:
     except OSError as exc:
         for sock in sockets:
             sock.close()
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise ConfigError(f"--host {host} --port {port}: cannot listen there ({why})") from None
+        raise cannot_listen(host, port, exc) from None
     return sockets
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> ConfigError:
+    """The one-line error for an address the server cannot take."""
+    why = os.strerror(exc.errno) if exc.errno else str(exc)
+    return ConfigError(f"--host {host} --port {port}: cannot listen there ({why})")
 
 
 class ChildFailed(MtkitError):
