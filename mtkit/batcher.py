@@ -17,7 +17,10 @@ counted from the end of the previous step too, since the clients whose answers t
 just sent come back with their next request within milliseconds. Without that, under a
 steady load the next step would start with only the jobs that waited during this one,
 and the clients would split into two halves decoded in turn, each step half the batch it
-could be. `window=0, max_tokens=1` gives one job per step: the unbatched reference of
+could be. But once every client the step answered has sent its next request (a client
+is its connection: keep-alive clients come back on the same one), the next step starts
+at once: waiting out the quiet window then only adds to every line's latency while the
+model idles. `window=0, max_tokens=1` gives one job per step: the unbatched reference of
 bench/serve_load.py.
 """
 
@@ -52,6 +55,7 @@ class Job:
     lines: list[str]
     lengths: list[int]  # padded source tokens per line (0 for a line the model skips)
     arrived: float  # the batcher's clock when it was submitted
+    client: Hashable = None  # who sent it (the server: its connection's address); None: unknown
     future: Future = field(default_factory=Future)
 
     @property
@@ -108,6 +112,9 @@ class Batcher:
         self._waiting: list[Job] = []
         self._queued_lines = 0
         self._free_since = -float("inf")  # when the last step ended
+        # the clients answered by the steps that ended since one was last taken; None
+        # once one of them was unknown (then only the window starts the next step)
+        self._answered: set[Hashable] | None = set()
         self._workers = 0  # threads in run()
         self._decoding_lines = 0  # lines of the steps being decoded now
         self._closed = False
@@ -119,12 +126,14 @@ class Batcher:
         with self._changed:
             return self._queued_lines
 
-    def submit(self, settings: Hashable, lines: list[str], lengths: list[int]) -> Future:
+    def submit(self, settings: Hashable, lines: list[str], lengths: list[int],
+               client: Hashable = None) -> Future:
         """Queue one request's lines; the future gets one result per line, in order.
-        QueueFull when the lines do not fit, BatcherClosed after close()."""
+        `client`: who sent them, if known (see `_due`). QueueFull when the lines do not
+        fit, BatcherClosed after close()."""
         if len(lines) != len(lengths):
             raise ValueError("one length per line")
-        job = Job(settings, list(lines), list(lengths), self._clock())
+        job = Job(settings, list(lines), list(lengths), self._clock(), client)
         job.future.add_done_callback(self._forget_if_cancelled)
         with self._changed:
             if self._closed:
@@ -158,6 +167,11 @@ class Batcher:
                     self._decoding_lines -= sum(len(job.lines) for job in step)
                     if live:
                         self._free_since = self._clock()
+                        clients = {job.client for job in live}
+                        if self._answered is not None and None not in clients:
+                            self._answered |= clients
+                        else:
+                            self._answered = None
         finally:
             with self._changed:
                 self._workers -= 1
@@ -178,9 +192,12 @@ class Batcher:
     def _due(self) -> float:
         """When the next step starts: once no job has arrived for a window, counted from
         the end of the last step too; but no later than MAX_WINDOWS windows after the
-        oldest job (or that end), however steadily jobs keep coming."""
+        oldest job (or that end), however steadily jobs keep coming; and at once when
+        every client the last steps answered has a job waiting again."""
         start = max(self._waiting[0].arrived, self._free_since)
         quiet = max(self._waiting[-1].arrived, self._free_since)
+        if self._answered and self._answered <= {job.client for job in self._waiting}:
+            return quiet
         return min(quiet + self.window, start + MAX_WINDOWS * self.window)
 
     def _next_step(self) -> list[Job] | None:
@@ -202,6 +219,7 @@ class Batcher:
                     self._changed.wait(due - now)
                     continue
                 step = take_step(self._waiting, self.max_tokens, self._share())
+                self._answered = set()
                 for job in step:
                     self._waiting.remove(job)
                     self._queued_lines -= len(job.lines)

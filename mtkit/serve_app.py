@@ -240,7 +240,7 @@ async def _translate(request: Request, service: Service, settings: DecodeConfig,
     """(the lines' results, or None when the client left first; lines truncated)."""
     lengths, truncated = service.source_lengths(lines)
     try:
-        future = service.batcher.submit(settings, lines, lengths)
+        future = service.batcher.submit(settings, lines, lengths, request.client)
     except QueueFull as exc:
         raise RequestError(503, f"the server is busy ({exc}); retry later", retry_after=1) \
             from None

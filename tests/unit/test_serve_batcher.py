@@ -119,6 +119,30 @@ def test_after_a_step_the_window_waits_for_the_clients_it_answered():
     finish(b, worker)
 
 
+def test_once_the_clients_it_answered_are_back_the_next_step_starts_at_once():
+    """A step answered clients 1 and 2: once both have sent their next request the next
+    step does not wait out the (here long) quiet window; while one is missing, or when a
+    client is unknown, it does."""
+    decode = RecordingDecode()
+    b, worker = batcher(decode, window=0.5)
+    start = time.monotonic()
+    first = [b.submit("s", [line], [1], client) for line, client in (("a", 1), ("b", 2))]
+    assert [f.result(TIMEOUT) for f in first] == [["s:A"], ["s:B"]]
+    assert time.monotonic() - start >= 0.49  # a first step waits out its window
+    start = time.monotonic()
+    back = [b.submit("s", [line], [1], client) for line, client in (("c", 2), ("d", 1))]
+    assert [f.result(TIMEOUT) for f in back] == [["s:C"], ["s:D"]]
+    assert time.monotonic() - start < 0.25, "the step waited for a window"
+    for clients in ([1, 3], [None, None]):  # 2 not back; clients unknown
+        start = time.monotonic()
+        for client in clients:
+            b.submit("s", ["e"], [1], client).result(TIMEOUT)
+            assert time.monotonic() - start >= 0.49
+            start = time.monotonic()
+    assert [len(lines) for _, lines in decode.steps] == [2, 2, 1, 1, 1, 1]
+    finish(b, worker)
+
+
 def test_jobs_with_other_settings_wait_for_their_own_step():
     decode = RecordingDecode(hold=True)
     b, worker = batcher(decode)
