@@ -473,6 +473,26 @@ def test_a_full_queue_answers_503_with_retry_after(guarded, expected):
     assert first == [(200, {"translatedText": expected["default"][:3]})]
 
 
+def test_a_keep_alive_client_that_comes_back_does_not_wait_out_the_window(guarded, expected):
+    """A client is its connection: once the one client a step answered sends its next
+    request on the same connection, that request is decoded at once; a request on a new
+    connection waits out the 1.5 s window."""
+    connection = http.client.HTTPConnection("127.0.0.1", guarded.port, timeout=60)
+    took = []
+    try:
+        for i in (0, 1):
+            start = time.monotonic()
+            connection.request("POST", "/translate", body=json.dumps(libre(LINES[i], api_key=KEY)),
+                               headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            answer = (response.status, json.loads(response.read()))
+            took.append(time.monotonic() - start)
+            assert answer == (200, {"translatedText": expected["default"][i]})
+    finally:
+        connection.close()
+    assert took[0] >= 1.5 and took[1] < 0.75, took
+
+
 def test_a_client_that_leaves_takes_its_lines_out_of_the_queue(guarded, expected):
     gone = ("mtkit_serve_requests_total", (("endpoint", "/translate"), ("status", "499")))
     decoded = ("mtkit_serve_batch_lines_sum", ())
