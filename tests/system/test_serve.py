@@ -238,6 +238,32 @@ def test_concurrent_requests_are_batched_and_each_answer_equals_translate(server
     assert lines / batches > 1.5, f"{lines} lines in {batches} batches: not batched"
 
 
+@pytest.mark.parametrize("engine", ["ensemble", "int8", "ctranslate2"])
+def test_an_ensemble_int8_and_an_export_answer_as_translate_does(engine, model, tmp_path,
+                                                                 expected):
+    """The engine options as translate takes them: two checkpoints (an ensemble),
+    `--quantize int8`, or a CTranslate2 export; each served line equals `mtkit translate`'s
+    with the same options."""
+    if engine == "ensemble":
+        models = ["-m", model, "-m", model.parent / "checkpoints" / "checkpoint_10.pt"]
+    elif engine == "int8":
+        models = ["-m", model, "--quantize", "int8"]
+    else:
+        pytest.importorskip("ctranslate2")
+        done = run_mtkit(["export", "-m", model, "-o", "exported"], cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        models = ["-m", tmp_path / "exported"]
+    wanted = translate_cli(models[1], tmp_path, LINES, *models[2:])
+    if engine == "ensemble":  # (int8 gives the tiny model's fp32 lines)
+        assert wanted != expected["default"], "the second model should change some line"
+    started = start_server(tmp_path, models[1], *models[2:])
+    try:
+        assert started.post("/translate", libre(LINES)) == (200, {"translatedText": wanted})
+    finally:
+        stop(started)
+    assert started.process.returncode == 0
+
+
 def test_two_workers_answer_as_translate_and_stop_cleanly(model, tmp_path, expected):
     """--workers 2: two model threads decode steps side by side (tests/unit's batcher
     tests show they do); every answer is still translate's, and SIGTERM still exits 0."""
