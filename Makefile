@@ -50,3 +50,4 @@ bench: install
 	$(BIN)/python bench/decode_profile.py --model $(BENCH_MODEL)
 	$(BIN)/python bench/engines.py --model $(BENCH_MODEL)
 	$(BIN)/python bench/translate_load.py --model $(BENCH_MODEL)
+	$(BIN)/python bench/serve_load.py --model $(BENCH_MODEL) --modes batched processes unbatched
