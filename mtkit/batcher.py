@@ -168,10 +168,8 @@ class Batcher:
                     if live:
                         self._free_since = self._clock()
                         clients = {job.client for job in live}
-                        if self._answered is not None and None not in clients:
-                            self._answered |= clients
-                        else:
-                            self._answered = None
+                        known = self._answered is not None and None not in clients
+                        self._answered = self._answered | clients if known else None
         finally:
             with self._changed:
                 self._workers -= 1

@@ -244,19 +244,20 @@ def test_an_ensemble_int8_and_an_export_answer_as_translate_does(engine, model, 
     """The engine options as translate takes them: two checkpoints (an ensemble),
     `--quantize int8`, or a CTranslate2 export; each served line equals `mtkit translate`'s
     with the same options."""
+    served, options = model, []  # what follows `-m`, and the options after it
     if engine == "ensemble":
-        models = ["-m", model, "-m", model.parent / "checkpoints" / "checkpoint_10.pt"]
+        options = ["-m", model.parent / "checkpoints" / "checkpoint_10.pt"]
     elif engine == "int8":
-        models = ["-m", model, "--quantize", "int8"]
+        options = ["--quantize", "int8"]
     else:
         pytest.importorskip("ctranslate2")
         done = run_mtkit(["export", "-m", model, "-o", "exported"], cwd=tmp_path)
         assert done.returncode == 0, done.stderr
-        models = ["-m", tmp_path / "exported"]
-    wanted = translate_cli(models[1], tmp_path, LINES, *models[2:])
+        served = tmp_path / "exported"
+    wanted = translate_cli(served, tmp_path, LINES, *options)
     if engine == "ensemble":  # (int8 gives the tiny model's fp32 lines)
         assert wanted != expected["default"], "the second model should change some line"
-    started = start_server(tmp_path, models[1], *models[2:])
+    started = start_server(tmp_path, served, *options)
     try:
         assert started.post("/translate", libre(LINES)) == (200, {"translatedText": wanted})
     finally:
