@@ -30,7 +30,7 @@ SPLITS = ("train", "dev", "test")
 
 
 def train_step(data: Path, prefix: Path, vocab_size: int) -> dict:
-    from mtkit.tokenizer import train_sentencepiece
+    from mtkit.data.tokenizer import train_sentencepiece
 
     inputs = [data / "train.es", data / "train.en"]
     start = time.perf_counter()
@@ -39,8 +39,8 @@ def train_step(data: Path, prefix: Path, vocab_size: int) -> dict:
 
 
 def measure_step(model: Path, data: Path, out: Path, workers: int) -> dict:
-    from mtkit.binarize import binarize
-    from mtkit.tokenizer import Tokenizer
+    from mtkit.data.binarize import binarize
+    from mtkit.data.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_files(model)
     splits = {s: (data / f"{s}.es", data / f"{s}.en") for s in SPLITS}

@@ -116,9 +116,9 @@ def record(figure: str, values: dict, script: str) -> dict:
 def bible_run(vocab_size: int = 8000) -> tuple[Path, object]:
     """A joint SentencePiece model and binarised train/valid data of the Bible corpus,
     built once under bench/work/ and reused; returns (data dir, tokenizer)."""
-    from mtkit.binarize import binarize
-    from mtkit.manifest import load_manifest
-    from mtkit.tokenizer import Tokenizer, train_sentencepiece
+    from mtkit.data.binarize import binarize
+    from mtkit.data.manifest import load_manifest
+    from mtkit.data.tokenizer import Tokenizer, train_sentencepiece
 
     WORK.mkdir(parents=True, exist_ok=True)
     prefix = WORK / f"spm{vocab_size}"

@@ -21,9 +21,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, decoding_parser, record  # noqa: E402
 
-from mtkit.engine import TorchEngine  # noqa: E402
-from mtkit.textio import read_lines  # noqa: E402
-from mtkit.translate import Translator  # noqa: E402
+from mtkit.decode.engine import TorchEngine  # noqa: E402
+from mtkit.decode.translate import Translator  # noqa: E402
+from mtkit.files.textio import read_lines  # noqa: E402
 
 
 def timed(translator: Translator, lines: list[str]) -> float:

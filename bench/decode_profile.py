@@ -31,10 +31,10 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, decoding_parser, record  # noqa: E402
 
-from mtkit import search  # noqa: E402
-from mtkit.engine import TorchEngine  # noqa: E402
-from mtkit.textio import read_lines  # noqa: E402
-from mtkit.translate import Translator  # noqa: E402
+from mtkit.decode import search
+from mtkit.decode.engine import TorchEngine  # noqa: E402
+from mtkit.decode.translate import Translator  # noqa: E402
+from mtkit.files.textio import read_lines  # noqa: E402
 
 
 class Stopwatch:

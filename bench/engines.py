@@ -38,11 +38,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, record  # noqa: E402
 
-from mtkit import ct2, search  # noqa: E402
-from mtkit.engine import TorchEngine  # noqa: E402
-from mtkit.metrics import corpus_scores  # noqa: E402
-from mtkit.textio import read_lines  # noqa: E402
-from mtkit.translate import Translator  # noqa: E402
+from mtkit.decode import ct2, search
+from mtkit.decode.engine import TorchEngine  # noqa: E402
+from mtkit.decode.translate import Translator  # noqa: E402
+from mtkit.evaluate.metrics import corpus_scores  # noqa: E402
+from mtkit.files.textio import read_lines  # noqa: E402
 
 ENGINES = ("mtkit_fp32", "mtkit_int8", "ct2_float32", "ct2_int8")
 KINDS = ("latency_beam", "latency_greedy", "throughput")

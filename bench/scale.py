@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import bible_run, record  # noqa: E402
 from train import SHAPE  # noqa: E402
 
-from mtkit import dist  # noqa: E402
 from mtkit.config import recipe_from_dict  # noqa: E402
-from mtkit.run import TrainMeter  # noqa: E402
-from mtkit.train import Trainer  # noqa: E402
+from mtkit.runtime import distributed as dist
+from mtkit.train.run import TrainMeter  # noqa: E402
+from mtkit.train.trainer import Trainer  # noqa: E402
 
 TOKENS_PER_UPDATE = 8192
 MAX_TOKENS = 4096

@@ -51,7 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, decoding_parser, record  # noqa: E402
 
-from mtkit.runtime import usable_cores  # noqa: E402
+from mtkit.runtime.devices import usable_cores  # noqa: E402
 
 MTKIT = Path(sys.executable).with_name("mtkit")
 MODES = {"batched": [], "workers": ["--workers", "2", "--threads", "1"],
@@ -96,8 +96,8 @@ def in_process(model: Path, lines: list[str], threads: int, batch: int,
     same `batch`-line batches: what separates the cost of small batches from the cost of
     lengths mixed in one batch, which is what a server's batches of one line per client
     carry."""
-    from mtkit import search
-    from mtkit.translate import Translator
+    from mtkit.decode import search
+    from mtkit.decode.translate import Translator
 
     if not length_groups:
         with unittest.mock.patch.object(search, "PAD_SLACK_TOKENS", math.inf):

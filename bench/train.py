@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import bible_run, record  # noqa: E402
 
 from mtkit.config import recipe_from_dict  # noqa: E402
-from mtkit.run import TrainMeter  # noqa: E402
-from mtkit.train import Trainer  # noqa: E402
+from mtkit.train.run import TrainMeter  # noqa: E402
+from mtkit.train.trainer import Trainer  # noqa: E402
 
 SHAPE = {"enc_layers": 3, "dec_layers": 3, "d_model": 256, "heads": 4, "ffn_dim": 1024,
          "dropout": 0.2, "norm": "pre", "tie_embeddings": "all"}

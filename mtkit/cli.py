@@ -18,8 +18,9 @@ from pathlib import Path
 
 import typer
 
-from . import __version__
-from .errors import ConfigError, MtkitError
+from mtkit.errors import ConfigError, MtkitError
+from mtkit.runtime.logs import log_to_stderr
+from mtkit.version import __version__
 
 app = typer.Typer(
     add_completion=False,
@@ -60,17 +61,8 @@ def _main(
     log_to_stderr(logging.WARNING if quiet_logs else logging.INFO)
 
 
-def log_to_stderr(level: int) -> None:
-    """mtkit's log lines on stderr, from `level` up (also in `serve --processes` children)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", "%H:%M:%S"))
-    log.handlers[:] = [handler]
-    log.setLevel(level)
-    log.propagate = False
-
-
 def _recipe(recipe: Path | None, overrides: list[str] | None, check_files: bool = True):
-    from .config import load_recipe
+    from mtkit.config import load_recipe
 
     if recipe is None:
         raise ConfigError("a recipe file is required (or the flags that replace it; see --help)")
@@ -97,7 +89,7 @@ def spm_train(
     input_sentence_size: int = typer.Option(1_000_000, "--input-sentence-size"),
 ) -> None:
     """Train the SentencePiece tokenizer (from a recipe or from flags)."""
-    from .tokenizer import train_recipe_tokenizer, train_sentencepiece
+    from mtkit.data.tokenizer import train_recipe_tokenizer, train_sentencepiece
 
     if recipe is not None:
         loaded = _recipe(recipe, overrides)
@@ -139,10 +131,10 @@ def binarize(
     max_ratio: float = typer.Option(3.0, "--max-ratio", help="Drop pairs with a larger ratio."),
 ) -> None:
     """Encode parallel text into memory-mapped token arrays."""
-    from .binarize import binarize as binarize_files
-    from .pipeline import binarize_recipe
-    from .run import RunPaths
-    from .tokenizer import Tokenizer, load_recipe_tokenizer
+    from mtkit.data.binarize import binarize as binarize_files
+    from mtkit.data.tokenizer import Tokenizer, load_recipe_tokenizer
+    from mtkit.pipeline import binarize_recipe
+    from mtkit.train.run import RunPaths
 
     if recipe is not None:
         loaded, paths = _recipe(recipe, overrides), RunPaths(_run_dir(recipe, run_dir))
@@ -174,9 +166,9 @@ def train(
     ),
 ) -> None:
     """Run the recipe pipeline: tokenizer, binarise, train, average, evaluate."""
-    from . import dist
-    from .pipeline import STAGES, run_pipeline
-    from .runtime import set_threads
+    from mtkit.pipeline import STAGES, run_pipeline
+    from mtkit.runtime import distributed as dist
+    from mtkit.runtime.devices import set_threads
 
     loaded = _recipe(recipe, overrides)
     if dry_run:
@@ -185,8 +177,8 @@ def train(
     if until is not None and until not in STAGES:
         raise ConfigError(f"--until {until}: expected one of {', '.join(STAGES)}")
     if nproc > 1 and not dist.launched():
-        from .runtime import resolve_device
-        from .train import check_resumable_on, updates_per_step
+        from mtkit.runtime.devices import resolve_device
+        from mtkit.train.trainer import check_resumable_on, updates_per_step
 
         resolve_device(device)  # bad input ends here, before any process starts
         updates_per_step(loaded.train, nproc)
@@ -245,8 +237,8 @@ def average(
     ),
 ) -> None:
     """Average the weights of several checkpoints into one model."""
-    from .checkpoint import average_checkpoints, save_checkpoint
-    from .run import RunPaths
+    from mtkit.model.checkpoint import average_checkpoints, save_checkpoint
+    from mtkit.train.run import RunPaths
 
     paths = list(checkpoints or [])
     if last and best:
@@ -274,7 +266,7 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
 ) -> None:
     """Show what a model holds: architecture, vocabulary, training, and its run's scores."""
-    from .info import model_info
+    from mtkit.report.info import model_info
 
     found = model_info(path)
     text = json.dumps(found.to_dict(), indent=1) if as_json else "\n".join(found.lines())
@@ -323,12 +315,12 @@ def translate(
 
     Under `torchrun --nproc_per_node N -m mtkit translate --input F`, each rank translates
     a contiguous share of F and rank 0 writes them all, in input order."""
-    from . import dist
-    from .atomic import atomic_write
-    from .progress import on_terminal
-    from .shard import Shard, line_range, receive_shares, send_share
-    from .textio import count_lines
-    from .translate import OPTION_NAMES, Stats, Translator, translate_stream
+    from mtkit.decode.shard import Shard, line_range, receive_shares, send_share
+    from mtkit.decode.translate import OPTION_NAMES, Stats, Translator, translate_stream
+    from mtkit.files.atomic import atomic_write
+    from mtkit.files.textio import count_lines
+    from mtkit.progress import on_terminal
+    from mtkit.runtime import distributed as dist
 
     part = Shard.parse(shard) if shard is not None else None
     if part is not None and dist.launched():
@@ -398,7 +390,7 @@ def export(
     force: bool = typer.Option(False, "--force", help="Replace an existing directory."),
 ) -> None:
     """Export a model for CTranslate2 (needs the extra: pip install 'mtkit[ct2]')."""
-    from . import ct2
+    from mtkit.decode import ct2
 
     if fmt != "ctranslate2":
         raise ConfigError(f"--format {fmt}: expected ctranslate2")
@@ -416,7 +408,7 @@ def plot(
     ),
 ) -> None:
     """Plot runs' training curves into a PNG (needs the extra: pip install 'mtkit[plot]')."""
-    from .plot import plot_runs
+    from mtkit.report.plot import plot_runs
 
     plot_runs(list(run_dirs), output, tuple(metrics or ()))
     log.info("curves of %d run(s) written to %s", len(run_dirs), output)
@@ -468,9 +460,9 @@ def serve(
 ) -> None:
     """Serve the model over HTTP: LibreTranslate's /translate, /v1/translate, a page at /
     (needs the extra: pip install 'mtkit[serve]')."""
-    from .serve import ServeOptions
-    from .serve import serve as serve_forever
-    from .serve_api import Limits
+    from mtkit.serve.api import Limits
+    from mtkit.serve.server import ServeOptions
+    from mtkit.serve.server import serve as serve_forever
 
     limits = Limits(max_body_bytes=max_body_bytes, max_lines=max_lines, max_chars=max_chars,
                     max_queue=max_queue, max_beam=max_beam)
@@ -510,8 +502,8 @@ def score(
     ),
 ) -> None:
     """Score hypotheses against references with sacrebleu (BLEU, chrF, TER)."""
-    from .metrics import compare_systems, corpus_scores
-    from .textio import read_lines
+    from mtkit.evaluate.metrics import compare_systems, corpus_scores
+    from mtkit.files.textio import read_lines
 
     names = tuple(m.strip().lower() for m in metrics.split(",") if m.strip())
     for name in names:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from .errors import ConfigError
+from mtkit.errors import ConfigError
 
 
 def between(low: float | None, high: float | None = None) -> dict[str, Any]:

@@ -17,30 +17,43 @@ from typing import Any
 
 import torch
 
-from . import dist
-from .atomic import atomic_write_bytes, atomic_write_json
-from .binarize import binarize
-from .checkpoint import Bundle, Parent, average_checkpoints, load_checkpoint, save_checkpoint
-from .config import Recipe
-from .corpora import training_fingerprints, training_splits
-from .engine import TorchEngine
-from .errors import ConfigError, MtkitError
-from .evaluation import DevSet, dev_bleu, evaluate_test_sets, greedy, log_results, tune_decoding
-from .finetune import load_parent, write_parent_tokenizer
-from .manifest import Manifest, load_manifest
-from .plot import plot_available, plot_runs
-from .run import RunLock, RunPaths, training_complete
-from .runtime import resolve_device
-from .textio import file_fingerprint, read_json
-from .tokenizer import (
+from mtkit.config import Recipe
+from mtkit.data.binarize import binarize
+from mtkit.data.corpora import training_fingerprints, training_splits
+from mtkit.data.manifest import Manifest, load_manifest
+from mtkit.data.tokenizer import (
     Tokenizer,
     given_tokenizer,
     load_recipe_tokenizer,
     train_recipe_tokenizer,
     write_tokenizer,
 )
-from .train import train
-from .translate import Translator
+from mtkit.decode.engine import TorchEngine
+from mtkit.decode.translate import Translator
+from mtkit.errors import ConfigError, MtkitError
+from mtkit.evaluate.validation import (
+    DevSet,
+    dev_bleu,
+    evaluate_test_sets,
+    greedy,
+    log_results,
+    tune_decoding,
+)
+from mtkit.files.atomic import atomic_write_bytes, atomic_write_json
+from mtkit.files.textio import file_fingerprint, read_json
+from mtkit.model.checkpoint import (
+    Bundle,
+    Parent,
+    average_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from mtkit.report.plot import plot_available, plot_runs
+from mtkit.runtime import distributed as dist
+from mtkit.runtime.devices import resolve_device
+from mtkit.train.finetune import load_parent, write_parent_tokenizer
+from mtkit.train.run import RunLock, RunPaths, training_complete
+from mtkit.train.trainer import train
 
 log = logging.getLogger("mtkit")
 

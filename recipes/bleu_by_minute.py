@@ -21,8 +21,8 @@ import bisect
 import sys
 from pathlib import Path
 
-from mtkit.run import RunPaths
-from mtkit.textio import read_json_lines
+from mtkit.files.textio import read_json_lines
+from mtkit.train.run import RunPaths
 
 
 def clock_of_steps(metrics: Path) -> dict[int, float]:
@@ -64,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lenpen", type=float, default=None)
     args = parser.parse_args(argv)
 
-    from mtkit.metrics import corpus_scores
-    from mtkit.textio import read_lines
-    from mtkit.translate import Translator
+    from mtkit.decode.translate import Translator
+    from mtkit.evaluate.metrics import corpus_scores
+    from mtkit.files.textio import read_lines
 
     paths = RunPaths(args.run)
     steps = {int(path.stem.removeprefix("checkpoint_")): path

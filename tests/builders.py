@@ -20,8 +20,8 @@ import yaml
 
 if TYPE_CHECKING:
     from mtkit.config import Recipe
-    from mtkit.manifest import Manifest
-    from mtkit.tokenizer import Tokenizer
+    from mtkit.data.manifest import Manifest
+    from mtkit.data.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 RECIPES = ROOT / "recipes"
@@ -127,7 +127,7 @@ def prepare(recipe: Recipe, run_dir: Path) -> tuple[Tokenizer, dict[str, str]]:
     """Run the tokenizer and binarize stages into run_dir: the tokenizer and the training
     data fingerprints that `train.train` takes."""
     from mtkit.pipeline import PipelineRun, binarize_stage, tokenizer_stage  # not for unit tests
-    from mtkit.run import RunPaths
+    from mtkit.train.run import RunPaths
 
     run = PipelineRun(recipe, RunPaths(run_dir), torch.device("cpu"))
     tokenizer_stage(run)
@@ -169,7 +169,7 @@ def saved_step(path: Path) -> int:
 def small_manifest() -> Manifest:
     """A manifest.json's contents, made by hand: a filtered train split of 9 lines and a
     dev split of 4."""
-    from mtkit.manifest import Manifest, SourceFile, SplitInfo
+    from mtkit.data.manifest import Manifest, SourceFile, SplitInfo
 
     def split(lines: int, filtered: bool) -> SplitInfo:
         return SplitInfo(

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from builders import DATA, bible_recipe, prepare, reverse_recipe, reverse_task
 
-from mtkit.tokenizer import Tokenizer, train_sentencepiece
+from mtkit.data.tokenizer import Tokenizer, train_sentencepiece
 
 TINY_VOCAB = 300  # small enough to train in a fraction of a second
 TIERS = ("unit", "integration", "system")
@@ -245,8 +245,8 @@ def reverse_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     """(checkpoint_last.pt, test source file) of a tiny model trained in process on the
     reverse task: it ends its outputs with EOS. A second or so."""
     from mtkit.config import recipe_from_dict
-    from mtkit.run import RunPaths
-    from mtkit.train import train
+    from mtkit.train.run import RunPaths
+    from mtkit.train.trainer import train
 
     root = tmp_path_factory.mktemp("reverse")
     files = reverse_task(root / "data")

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from builders import small_manifest
 
-from mtkit.binarize import _Encoder, binarize
-from mtkit.dataset import ParallelData
+from mtkit.data.binarize import _Encoder, binarize
+from mtkit.data.dataset import ParallelData
+from mtkit.data.manifest import Manifest, load_manifest
+from mtkit.data.tokenizer import UNK_ID, Tokenizer
 from mtkit.errors import ConfigError, DataError
-from mtkit.manifest import Manifest, load_manifest
-from mtkit.textio import file_fingerprint
-from mtkit.tokenizer import UNK_ID, Tokenizer
+from mtkit.files.textio import file_fingerprint
 
 
 def _lines(path: Path) -> list[str]:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from mtkit.config import DecodeConfig
-from mtkit.engine import TorchEngine
-from mtkit.translate import Translator
+from mtkit.decode.engine import TorchEngine
+from mtkit.decode.translate import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 
 def test_exported_float32_greedy_equals_mtkit(reverse_model, tmp_path):
-    from mtkit import ct2
+    from mtkit.decode import ct2
 
     model, test_src = reverse_model
     out = tmp_path / "ct2"

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from mtkit.config import DecodeConfig
-from mtkit.translate import Translator
+from mtkit.decode.translate import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 
 def test_batch_size_picks_the_translator(reverse_model, tmp_path):
-    from mtkit import ct2
+    from mtkit.decode import ct2
 
     model, test_src = reverse_model
     ct2.export(model, tmp_path / "ct2", "float32")

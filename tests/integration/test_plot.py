@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mtkit import plot
 from mtkit.errors import ConfigError, DataError
+from mtkit.report import plot
 
 # drawing needs the extra mtkit[plot]; reading and the missing-extra error do not
 drawing = pytest.mark.skipif(not plot.plot_available(), reason="matplotlib is not installed")
@@ -186,7 +186,7 @@ def test_missing_matplotlib_is_a_one_line_error(tmp_path, monkeypatch):
 
 
 def test_the_module_imports_without_matplotlib_or_torch():
-    code = ("import sys; sys.modules['matplotlib'] = None; import mtkit.plot as p; "
+    code = ("import sys; sys.modules['matplotlib'] = None; import mtkit.report.plot as p; "
             "assert not p.plot_available(); assert 'torch' not in sys.modules, 'torch'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

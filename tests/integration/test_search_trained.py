@@ -8,14 +8,14 @@ import torch
 from builders import BOS, EOS, PAD
 
 from mtkit.config import ModelConfig
-from mtkit.model import Transformer
-from mtkit.search import (
+from mtkit.decode.search import (
     Hypothesis,
     beam_search,
     greedy_search,
     max_lengths,
     source_lengths,
 )
+from mtkit.model.transformer import Transformer
 
 # --------------------------------------------------------------------------- a real model
 
@@ -173,7 +173,7 @@ def test_ensemble_with_itself_is_the_model_real(copy_model):
 def test_encoding_by_length_groups_changes_no_translation(copy_model, monkeypatch):
     """A batch of mixed lengths, encoded in length groups (no padding slack at all, so the
     copy model's sources split), gives the memory and the hypotheses of one padded batch."""
-    from mtkit import search
+    from mtkit.decode import search
 
     model, src = copy_model
     whole_memory, whole_mask = model.encode(src)

@@ -8,11 +8,11 @@ import pytest
 import torch
 from builders import bible_recipe, metrics_records, prepare, reverse_recipe, reverse_task, weights
 
-from mtkit.checkpoint import load_checkpoint
 from mtkit.config import load_recipe, recipe_from_dict
-from mtkit.run import RunPaths
-from mtkit.train import Trainer, TrainingDiverged, train
-from mtkit.translate import Translator
+from mtkit.decode.translate import Translator
+from mtkit.model.checkpoint import load_checkpoint
+from mtkit.train.run import RunPaths
+from mtkit.train.trainer import Trainer, TrainingDiverged, train
 
 
 def test_reverse_task_canary(tmp_path):

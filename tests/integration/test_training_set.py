@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from builders import DATA, raw_recipe
 
-from mtkit.batching import BatchSampler
-from mtkit.binarize import binarize
 from mtkit.config import recipe_from_dict
-from mtkit.corpora import TrainingSet, training_splits
+from mtkit.data.batching import BatchSampler
+from mtkit.data.binarize import binarize
+from mtkit.data.corpora import TrainingSet, training_splits
+from mtkit.data.tokenizer import Tokenizer, train_recipe_tokenizer
 from mtkit.errors import DataError
 from mtkit.pipeline import binarize_recipe
-from mtkit.run import RunPaths
-from mtkit.tokenizer import Tokenizer, train_recipe_tokenizer
+from mtkit.train.run import RunPaths
 
 
 @pytest.fixture(scope="module")

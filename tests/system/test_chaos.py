@@ -15,8 +15,8 @@ import torch
 from builders import bible_recipe, metrics_records, tensorboard_steps
 from conftest import CliResult, run_mtkit, start_mtkit
 
-from mtkit.checkpoint import load_checkpoint
-from mtkit.manifest import load_manifest
+from mtkit.data.manifest import load_manifest
+from mtkit.model.checkpoint import load_checkpoint
 
 STEPS = 40
 TRAIN = {"max_steps": STEPS, "save_every": 2, "keep_last": 3, "valid_every": 10,

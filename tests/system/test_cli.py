@@ -28,11 +28,11 @@ from builders import (
 )
 
 import mtkit
-from mtkit.checkpoint import average_checkpoints
 from mtkit.config import load_recipe, recipe_from_dict
-from mtkit.model import Transformer
-from mtkit.run import RunPaths
-from mtkit.tokenizer import PAD_ID, Tokenizer
+from mtkit.data.tokenizer import PAD_ID, Tokenizer
+from mtkit.model.checkpoint import average_checkpoints
+from mtkit.model.transformer import Transformer
+from mtkit.train.run import RunPaths
 
 STAGES = ("tokenizer", "binarize", "train", "average", "eval")
 

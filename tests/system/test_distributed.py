@@ -17,9 +17,9 @@ import torch
 from builders import bible_recipe, metrics_records
 from conftest import CLI_ENV, MTKIT, CliResult, run_mtkit, start_mtkit
 
-from mtkit.batching import BatchSampler
-from mtkit.checkpoint import load_checkpoint
-from mtkit.dataset import ParallelData
+from mtkit.data.batching import BatchSampler
+from mtkit.data.dataset import ParallelData
+from mtkit.model.checkpoint import load_checkpoint
 
 # Dropout on: the equivalence must hold for the random parts of training too. With 500
 # tokens a batch the sample has 19 batches an epoch: on 2 ranks the 10th update of the

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from builders import bible_recipe, metrics_records
 
-from mtkit.checkpoint import load_checkpoint
-from mtkit.textio import file_fingerprint
+from mtkit.files.textio import file_fingerprint
+from mtkit.model.checkpoint import load_checkpoint
 
 PARENT_TRAIN = {"max_steps": 60, "log_every": 1, "valid_every": 60, "save_every": 60}
 CHILD_TRAIN = {"max_steps": 2, "log_every": 1, "valid_every": 10, "save_every": 10}

@@ -8,7 +8,7 @@ import re
 import pytest
 from builders import weights
 
-from mtkit import __version__
+from mtkit.version import __version__
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mtkit.plot import plot_available
+from mtkit.report.plot import plot_available
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

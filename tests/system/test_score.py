@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from builders import DATA, HYPS, REF1, REF2
 
-from mtkit.metrics import corpus_scores
+from mtkit.evaluate.metrics import corpus_scores
 
 SACREBLEU = Path(sys.executable).with_name("sacrebleu")  # sacrebleu's own command
 

@@ -10,7 +10,7 @@ import pytest
 from builders import bible_recipe, saved_step
 from conftest import run_mtkit, start_mtkit
 
-from mtkit.checkpoint import load_checkpoint
+from mtkit.model.checkpoint import load_checkpoint
 
 
 def start_training(directory):

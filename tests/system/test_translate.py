@@ -22,10 +22,10 @@ import pytest
 import torch
 from builders import DATA, weights
 
-from mtkit.checkpoint import average_checkpoints
-from mtkit.engine import TorchEngine, quantize_int8
-from mtkit.run import RunPaths
-from mtkit.translate import Translator
+from mtkit.decode.engine import TorchEngine, quantize_int8
+from mtkit.decode.translate import Translator
+from mtkit.model.checkpoint import average_checkpoints
+from mtkit.train.run import RunPaths
 
 
 def output_lines(stdout: str) -> list[str]:

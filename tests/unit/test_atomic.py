@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mtkit.atomic import atomic_write, atomic_write_json, old_dir, recover_dir, replace_dir
 from mtkit.errors import OutputError
+from mtkit.files.atomic import atomic_write, atomic_write_json, old_dir, recover_dir, replace_dir
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> None:

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from mtkit.batching import BatchSampler, make_batch, token_batches
-from mtkit.binarize import binarize
-from mtkit.dataset import ParallelData
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from mtkit.data.batching import BatchSampler, make_batch, token_batches
+from mtkit.data.binarize import binarize
+from mtkit.data.dataset import ParallelData
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 
 @pytest.fixture(scope="module")

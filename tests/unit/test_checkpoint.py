@@ -10,8 +10,10 @@ import pytest
 import torch
 from builders import raw_recipe
 
-from mtkit.atomic import atomic_write
-from mtkit.checkpoint import (
+from mtkit.config import recipe_from_dict
+from mtkit.errors import CheckpointError, OutputError
+from mtkit.files.atomic import atomic_write
+from mtkit.model.checkpoint import (
     FORMAT_VERSION,
     Bundle,
     Progress,
@@ -20,8 +22,6 @@ from mtkit.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from mtkit.config import recipe_from_dict
-from mtkit.errors import CheckpointError, OutputError
 
 
 def bundle(weight: float, model=None, spm=b"spm") -> Bundle:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from mtkit.config import ModelConfig
-from mtkit.ema import WeightEMA
-from mtkit.model import Transformer
+from mtkit.model.transformer import Transformer
+from mtkit.train.ema import WeightEMA
 
 
 def test_the_shadow_moves_towards_the_weights():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mtkit.ct2 import LARGE_BATCH, choose_threads
+from mtkit.decode.ct2 import LARGE_BATCH, choose_threads
 
 
 @pytest.mark.parametrize("cores", [1, 2, 8])

@@ -10,8 +10,10 @@ import pytest
 import torch
 from builders import raw_recipe, tiny_model
 
-from mtkit import __version__
-from mtkit.checkpoint import (
+from mtkit.config import recipe_from_dict
+from mtkit.errors import CheckpointError, ConfigError
+from mtkit.files.textio import file_fingerprint
+from mtkit.model.checkpoint import (
     FORMAT_VERSION,
     Bundle,
     Progress,
@@ -20,12 +22,10 @@ from mtkit.checkpoint import (
     average_checkpoints,
     save_checkpoint,
 )
-from mtkit.config import recipe_from_dict
-from mtkit.errors import CheckpointError, ConfigError
-from mtkit.info import model_info
-from mtkit.model import Transformer
-from mtkit.run import RunPaths
-from mtkit.textio import file_fingerprint
+from mtkit.model.transformer import Transformer
+from mtkit.report.info import model_info
+from mtkit.train.run import RunPaths
+from mtkit.version import __version__
 
 D_MODEL, VOCAB = 64, 300  # tiny_model's width; conftest's spm_model vocabulary
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from mtkit.config import ModelConfig
-from mtkit.engine import Int8Linear, quantize_int8
-from mtkit.model import Transformer
+from mtkit.decode.engine import Int8Linear, quantize_int8
+from mtkit.model.transformer import Transformer
 
 BOS, VOCAB = 1, 23
 TINY = ModelConfig(enc_layers=2, dec_layers=2, d_model=16, heads=2, ffn_dim=32,

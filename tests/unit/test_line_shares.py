@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from mtkit.decode.shard import Shard, line_range
+from mtkit.decode.translate import read_line_buffers
 from mtkit.errors import ConfigError
-from mtkit.shard import Shard, line_range
-from mtkit.textio import count_lines, line_offsets
-from mtkit.translate import read_line_buffers
+from mtkit.files.textio import count_lines, line_offsets
 
 TEXTS = {
     "empty": b"",

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from mtkit.loss import label_smoothed_nll
-from mtkit.schedule import estimate_horizon, inverse_sqrt_lr, learning_rate
+from mtkit.model.loss import label_smoothed_nll
+from mtkit.train.schedule import estimate_horizon, inverse_sqrt_lr, learning_rate
 
 PAD = 0
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from builders import small_manifest
 
-from mtkit.dataset import ParallelData
+from mtkit.data.dataset import ParallelData
+from mtkit.data.manifest import Manifest, load_manifest
 from mtkit.errors import DataError
-from mtkit.manifest import Manifest, load_manifest
 
 
 def test_manifest_round_trip_and_file_format(tmp_path: Path) -> None:

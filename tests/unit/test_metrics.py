@@ -6,7 +6,7 @@ import pytest
 from builders import HYPS, REF1, REF2
 
 from mtkit.errors import ConfigError, DataError
-from mtkit.metrics import compare_systems, corpus_scores
+from mtkit.evaluate.metrics import compare_systems, corpus_scores
 
 WORSE = [
     "cat mat",

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from mtkit.config import ModelConfig
-from mtkit.loss import label_smoothed_nll
-from mtkit.model import StepLinear, Transformer, attention, sinusoidal_positions
+from mtkit.model.loss import label_smoothed_nll
+from mtkit.model.transformer import StepLinear, Transformer, attention, sinusoidal_positions
 
 PAD, BOS, VOCAB = 0, 1, 23
 TINY = ModelConfig(

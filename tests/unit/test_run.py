@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from mtkit.checkpoint import Progress
 from mtkit.config import TrainConfig
 from mtkit.errors import ConfigError
-from mtkit.run import stop_reason
-from mtkit.train import updates_per_step
+from mtkit.model.checkpoint import Progress
+from mtkit.train.run import stop_reason
+from mtkit.train.trainer import updates_per_step
 
 
 @pytest.mark.parametrize(
@@ -72,9 +72,9 @@ def test_tokens_per_update_sets_update_freq_for_the_world_size():
 
 
 def test_training_ends_at_the_schedule_horizon():
-    from mtkit.checkpoint import Progress
     from mtkit.config import TrainConfig
-    from mtkit.run import stop_reason
+    from mtkit.model.checkpoint import Progress
+    from mtkit.train.run import stop_reason
 
     cfg = TrainConfig(schedule="wsd", max_time=600.0, max_steps=0)
     assert stop_reason(cfg, Progress(step=99, horizon=100, elapsed=10.0)) == ""

@@ -24,8 +24,8 @@ from builders import (
     table,
 )
 
-from mtkit import search
-from mtkit.search import (
+from mtkit.decode import search
+from mtkit.decode.search import (
     Hypothesis,
     beam_search,
     greedy_search,

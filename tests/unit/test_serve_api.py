@@ -9,7 +9,7 @@ import json
 import pytest
 
 from mtkit.config import DecodeConfig, Langs
-from mtkit.serve_api import (
+from mtkit.serve.api import (
     Limits,
     RequestError,
     Translation,

@@ -10,7 +10,7 @@ from concurrent.futures import CancelledError
 
 import pytest
 
-from mtkit.batcher import Batcher, BatcherClosed, Job, QueueFull, take_step
+from mtkit.serve.batcher import Batcher, BatcherClosed, Job, QueueFull, take_step
 
 TIMEOUT = 10  # seconds a future may take here before the test fails (never reached)
 

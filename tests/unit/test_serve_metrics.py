@@ -8,7 +8,7 @@ import threading
 import pytest
 from builders import prometheus_text as parse
 
-from mtkit.serve_metrics import Histogram, ServeMetrics
+from mtkit.serve.metrics import Histogram, ServeMetrics
 
 
 def test_everything_counted_is_written_in_the_text_format():

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from mtkit.errors import ConfigError
-from mtkit.serve import web_server
+from mtkit.serve.server import web_server
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mtkit.errors import DataError
-from mtkit.textio import count_lines, file_fingerprint, read_lines
+from mtkit.files.textio import count_lines, file_fingerprint, read_lines
 
 
 def test_read_lines_strips_only_the_terminator(tmp_path: Path) -> None:

@@ -10,8 +10,7 @@ import sentencepiece as spm
 from builders import raw_recipe
 
 from mtkit.config import recipe_from_dict
-from mtkit.errors import CheckpointError, DataError
-from mtkit.tokenizer import (
+from mtkit.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     FEW_LINES,
@@ -22,6 +21,7 @@ from mtkit.tokenizer import (
     train_recipe_tokenizer,
     train_sentencepiece,
 )
+from mtkit.errors import CheckpointError, DataError
 
 VOCAB = 300
 

@@ -12,8 +12,8 @@ import pytest
 from builders import LONG_RECOVERS, A, B, C, D, ScriptedModel, raw_recipe, table
 
 from mtkit.config import DecodeConfig, recipe_from_dict
-from mtkit.engine import TorchEngine
-from mtkit.translate import Translator, read_line_buffers
+from mtkit.decode.engine import TorchEngine
+from mtkit.decode.translate import Translator, read_line_buffers
 
 
 class LetterTokenizer:

@@ -1,0 +1,1 @@
+"""Data: text files, SentencePiece tokenizers, binarised arrays, corpora and batches."""

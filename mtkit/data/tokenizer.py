@@ -1,0 +1,446 @@
+"""SentencePiece subword tokenizers: training, loading, encoding and decoding.
+
+The four special symbols live inside the SentencePiece model itself at fixed ids, so a
+model file (or the bytes stored in a checkpoint) is the whole vocabulary: there is no
+separate vocabulary file to keep in sync.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import itertools
+import random
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+from mtkit.config import Recipe
+from mtkit.errors import CheckpointError, ConfigError, DataError
+from mtkit.files.atomic import atomic_write_bytes
+from mtkit.files.textio import read_lines
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+NUM_SPECIALS = 4
+# trainer option name -> (id, piece)
+SPECIALS = {
+    "pad": (PAD_ID, "<pad>"),
+    "unk": (UNK_ID, "<unk>"),
+    "bos": (BOS_ID, "<s>"),
+    "eos": (EOS_ID, "</s>"),
+}
+
+# The trainer's thread count is recorded in the model and changes its bytes, so it is a
+# constant rather than os.cpu_count(): the same corpus gives the same model on any machine.
+TRAIN_THREADS = 8
+
+# Below this many lines, encode and decode one line at a time: sentencepiece's list calls
+# start a thread pool each time, about 50-160 us, which is most of the cost of one line
+# (a server's request, an interactive translate): one line 61 us as a list against 3 us
+# alone; 55 lines 229 us against 200 us; 200 lines 513 us against 792 us (2 cores). The
+# ids and texts are the same either way.
+FEW_LINES = 64
+
+
+# --------------------------------------------------------------------------- training
+
+
+def train_sentencepiece(
+    inputs: list[Path],
+    model_prefix: Path,
+    vocab_size: int,
+    model_type: str = "unigram",
+    character_coverage: float = 0.9995,
+    input_sentence_size: int = 1_000_000,
+    seed: int = 1,
+    tags: tuple[str, ...] = (),
+) -> Path:
+    """Train a SentencePiece model on text files; write `<model_prefix>.model`, return its path.
+
+    A random sample of at most `input_sentence_size` non-empty lines (0 = all) is used, so
+    memory does not grow with the corpus; the same inputs and settings give the same bytes.
+    Each of `tags` becomes the control symbol <tag>, with the ids after the specials.
+    """
+    inputs = [Path(p) for p in inputs]
+    if not inputs:
+        raise DataError("no input files to train the tokenizer on")
+    where = ", ".join(str(p) for p in inputs)
+    for path in inputs:
+        if not path.is_file():
+            raise DataError(f"{path}: not found")
+
+    lines = _CorpusStream(inputs)
+    # We sample ourselves: spm's own sampler ignores set_random_generator_seed, so its
+    # models would differ from run to run whenever the corpus exceeds the sample size.
+    sentences: Iterable[str] = lines  # 0: stream every line
+    if input_sentence_size > 0:
+        sentences = _reservoir_sample(lines, input_sentence_size, seed)
+        if lines.error is not None:
+            raise lines.error
+    model = io.BytesIO()
+    spm.set_random_generator_seed(seed)  # for whatever randomness the trainer itself uses
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=model,  # bytes come back to us: no files written by spm itself
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            input_sentence_size=0,  # already sampled
+            # a CJK line has no spaces and 3 bytes per character; spm skips longer lines
+            max_sentence_length=16384,
+            num_threads=TRAIN_THREADS,
+            minloglevel=2,  # errors only; the trainer's progress log is noise for our users
+            # control symbols, not user-defined ones: a literal "<BT>" in the text stays
+            # text, so only mtkit (binarize, translate --tag) ever writes a tag
+            control_symbols=[tag_piece(t) for t in tags],
+            **_special_options(),
+        )
+    except RuntimeError as exc:
+        if lines.error is not None:
+            raise lines.error from None
+        if lines.nonempty == 0:
+            raise DataError(f"{where}: no non-empty lines to train the tokenizer on") from None
+        raise _training_error(str(exc), vocab_size, where) from None
+    if lines.error is not None:  # spm may finish on the lines read before the failure
+        raise lines.error
+
+    path = Path(f"{model_prefix}.model")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, model.getvalue())  # readers never see half a model
+    return path
+
+
+class _CorpusStream:
+    """Iterates the lines of several files, remembering read errors spm would swallow."""
+
+    def __init__(self, paths: list[Path]):
+        self.paths = paths
+        self.nonempty = 0
+        self.error: DataError | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            for path in self.paths:
+                for line in read_lines(path):
+                    if line.strip():
+                        self.nonempty += 1
+                        yield line
+        except DataError as exc:
+            # spm turns an exception in its input iterator into an opaque RuntimeError
+            self.error = exc
+
+
+def _reservoir_sample(lines: Iterable[str], size: int, seed: int) -> list[str]:
+    """A uniform random sample of `size` lines in one pass (algorithm R), fixed by `seed`."""
+    rng = random.Random(seed)
+    sample: list[str] = []
+    for seen, line in enumerate(lines):
+        if seen < size:
+            sample.append(line)
+        else:
+            slot = rng.randrange(seen + 1)
+            if slot < size:
+                sample[slot] = line
+    return sample
+
+
+def _special_options() -> dict[str, int | str]:
+    options: dict[str, int | str] = {}
+    for name, (index, piece) in SPECIALS.items():
+        options[f"{name}_id"] = index
+        options[f"{name}_piece"] = piece
+    return options
+
+
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+_TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def _training_error(message: str, vocab_size: int, where: str) -> DataError:
+    if match := _TOO_HIGH.search(message):
+        return DataError(
+            f"{where}: vocab_size {match.group(1)} is too large for this corpus; "
+            f"use at most {match.group(2)} (tokenizer.vocab_size)"
+        )
+    if match := _TOO_LOW.search(message):
+        return DataError(
+            f"{where}: vocab_size {vocab_size} is too small for this corpus; it needs at least "
+            f"{match.group(2)} (tokenizer.vocab_size) or a lower tokenizer.character_coverage"
+        )
+    # drop spm's "INTERNAL: src/file.cc(123) [check] " prefix; keep its explanation
+    detail = re.sub(r"^.*?\] ", "", message.splitlines()[0]).strip() or message.strip()
+    return DataError(f"{where}: SentencePiece training failed: {detail}")
+
+
+def tag_piece(tag: str) -> str:
+    return f"<{tag}>"
+
+
+# --------------------------------------------------------------------------- the tokenizer
+
+
+class Tokenizer:
+    """One SentencePiece model shared by both languages (joint) or one per language.
+
+    Encoded ids carry no BOS/EOS; the model adds them where it needs them.
+    `threads` is spm's thread count for batched encoding (0 = all cores). A tokenizer
+    made by `tagged(NAME)` starts every source line with the tag's control symbol.
+    """
+
+    def __init__(
+        self,
+        src: bytes,
+        tgt: bytes | None = None,
+        threads: int = 0,
+        names: tuple[str, str] = ("source model", "target model"),
+    ):
+        self._src_bytes = bytes(src)
+        self._tgt_bytes = None if tgt is None else bytes(tgt)
+        self.threads = threads
+        self._src = _load_processor(self._src_bytes, names[0])
+        self._tgt = self._src if tgt is None else _load_processor(self._tgt_bytes, names[1])
+        self.source_tag: int | None = None  # id put before every encoded source line
+        self._piece_scores: dict[spm.SentencePieceProcessor, np.ndarray] = {}  # for sampling
+
+    @classmethod
+    def from_files(cls, src_model: Path, tgt_model: Path | None = None) -> Tokenizer:
+        src = _read_model(Path(src_model))
+        tgt = None if tgt_model is None else _read_model(Path(tgt_model))
+        return cls(src, tgt, names=(str(src_model), str(tgt_model)))
+
+    @classmethod
+    def from_bytes(cls, src: bytes, tgt: bytes | None = None) -> Tokenizer:
+        """Rebuild from model bytes stored in a checkpoint."""
+        return cls(src, tgt, names=("checkpoint: source tokenizer", "checkpoint: target tokenizer"))
+
+    # -- properties
+
+    @property
+    def src_bytes(self) -> bytes:
+        return self._src_bytes
+
+    @property
+    def tgt_bytes(self) -> bytes | None:
+        """None when joint: the source model serves both sides."""
+        return self._tgt_bytes
+
+    @property
+    def joint(self) -> bool:
+        return self._tgt_bytes is None
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self._src.vocab_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self._tgt.vocab_size()
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The tags the source model knows: its control symbols <NAME> beyond the specials."""
+        proc = self._src
+        pieces = (proc.id_to_piece(i) for i in range(NUM_SPECIALS, proc.vocab_size())
+                  if proc.is_control(i))
+        return tuple(p[1:-1] for p in pieces if p.startswith("<") and p.endswith(">"))
+
+    def tagged(self, tag: str | None) -> Tokenizer:
+        """This tokenizer, putting <tag> before every source line (None: no tag)."""
+        if tag is None:
+            return self
+        index = self._src.piece_to_id(tag_piece(tag))
+        if index < NUM_SPECIALS or not self._src.is_control(index):
+            known = ", ".join(self.tags) or "none"
+            raise DataError(f"tag {tag}: not a tag of this SentencePiece model (its tags: "
+                            f"{known}); tags are the data.train corpora's `tag` values")
+        other = copy.copy(self)
+        other.source_tag = index
+        return other
+
+    # -- encoding and decoding
+
+    def encode_src(self, lines: list[str], sampling: Sampling | None = None) -> list[list[int]]:
+        """Token ids per line: the best segmentation, or one sampled (subword sampling)."""
+        ids = self._encode(self._src, lines, sampling)
+        if self.source_tag is not None:
+            ids = [[self.source_tag, *seq] for seq in ids]
+        return ids
+
+    def encode_tgt(self, lines: list[str], sampling: Sampling | None = None) -> list[list[int]]:
+        return self._encode(self._tgt, lines, sampling)
+
+    def _encode(self, proc: spm.SentencePieceProcessor, lines: list[str],
+                sampling: Sampling | None) -> list[list[int]]:
+        if sampling is None:
+            if len(lines) < FEW_LINES:
+                return [proc.encode(line, out_type=int) for line in lines]
+            return proc.encode(list(lines), out_type=int, num_threads=self._spm_threads())
+        if proc not in self._piece_scores:  # read once, not for every chunk of an epoch
+            self._piece_scores[proc] = _piece_scores(proc)
+        return _sample_segmentations(proc, list(lines), sampling, self._piece_scores[proc])
+
+    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
+        """Ids to text; special ids (< 4: pad, unk, bos, eos) are left out."""
+        clean = [[int(i) for i in seq if i >= NUM_SPECIALS] for seq in ids]
+        if len(clean) < FEW_LINES:
+            return [self._tgt.decode(seq) for seq in clean]
+        return self._tgt.decode(clean, num_threads=self._spm_threads())
+
+    def pieces(self, side: str) -> list[str]:
+        """The vocabulary of one side ("src" or "tgt"), piece by id."""
+        proc = self._src if side == "src" else self._tgt
+        return [proc.id_to_piece(i) for i in range(proc.vocab_size())]
+
+    def fingerprint(self) -> str:
+        """Hex sha256 over the model bytes: equal fingerprints mean identical tokenization."""
+        digest = hashlib.sha256(b"joint\0" if self.joint else b"separate\0")
+        digest.update(self._src_bytes)
+        if self._tgt_bytes is not None:
+            digest.update(b"\0tgt\0")
+            digest.update(self._tgt_bytes)
+        return digest.hexdigest()
+
+    def _spm_threads(self) -> int:
+        return self.threads if self.threads > 0 else -1  # spm: -1 = all cores
+
+
+# --------------------------------------------------------------------------- subword sampling
+
+
+@dataclass
+class Sampling:
+    """Subword sampling (Kudo 2018, its l-best form): each line's segmentation is drawn
+    from its SAMPLE_NBEST best with probability proportional to P(segmentation)^alpha.
+    Our own generator draws, not spm's, whose samples differ from process to process
+    whatever its seed, so that a resumed run sees the same segmentations."""
+
+    alpha: float
+    rng: np.random.Generator
+
+
+SAMPLE_NBEST = 16
+
+
+def _sample_segmentations(proc: spm.SentencePieceProcessor, lines: list[str],
+                          sampling: Sampling, piece_scores: np.ndarray) -> list[list[int]]:
+    nbests = proc.nbest_encode(lines, nbest_size=SAMPLE_NBEST, out_type=int)
+    segments = [seg for nbest in nbests for seg in nbest]
+    lens = np.fromiter(map(len, segments), dtype=np.int64, count=len(segments))
+    flat = np.fromiter(itertools.chain.from_iterable(segments), dtype=np.int64,
+                       count=int(lens.sum()))
+    # a unigram model's log P(segmentation) is the sum of its pieces' scores
+    cumulative = np.concatenate([[0.0], np.cumsum(piece_scores[flat])])
+    ends = np.cumsum(lens)
+    log_p = cumulative[ends] - cumulative[ends - lens]  # (segments,)
+    # Gumbel-max: the argmax of alpha * log P + Gumbel noise is a draw from the softmax
+    keys = sampling.alpha * log_p + sampling.rng.gumbel(size=len(segments))
+    picked, start = [], 0
+    for nbest in nbests:
+        picked.append(nbest[int(np.argmax(keys[start : start + len(nbest)]))])
+        start += len(nbest)
+    return picked
+
+
+def _piece_scores(proc: spm.SentencePieceProcessor) -> np.ndarray:
+    return np.array([proc.get_score(i) for i in range(proc.vocab_size())])
+
+
+def _read_model(path: Path) -> bytes:
+    if not path.is_file():
+        raise DataError(f"{path}: tokenizer model not found")
+    return path.read_bytes()
+
+
+def _load_processor(blob: bytes, name: str) -> spm.SentencePieceProcessor:
+    error = CheckpointError if name.startswith("checkpoint") else DataError
+    try:
+        processor = spm.SentencePieceProcessor(model_proto=blob)
+    except (RuntimeError, OSError):
+        raise error(f"{name}: not a SentencePiece model (corrupt or truncated file?)") from None
+    for index, piece in SPECIALS.values():
+        if processor.vocab_size() <= index or processor.id_to_piece(index) != piece:
+            raise error(
+                f"{name}: SentencePiece model lacks {piece} at id {index}; "
+                "train it with mtkit (or with pad_id=0, unk_id=1, bos_id=2, eos_id=3)"
+            )
+    return processor
+
+
+# --------------------------------------------------------------------------- recipes
+
+
+def model_paths(out_dir: Path, joint: bool) -> tuple[Path, Path | None]:
+    if joint:
+        return out_dir / "spm.model", None
+    return out_dir / "spm.src.model", out_dir / "spm.tgt.model"
+
+
+def train_recipe_tokenizer(recipe: Recipe, out_dir: Path) -> Tokenizer:
+    """Train the recipe's tokenizer on its training data into `out_dir`."""
+    t, corpora = recipe.tokenizer, recipe.data.train
+    options = dict(
+        vocab_size=t.vocab_size,
+        model_type=t.model_type,
+        character_coverage=t.character_coverage,
+        input_sentence_size=t.input_sentence_size,
+        seed=t.seed,
+    )
+    srcs, tgts = [c.src for c in corpora], [c.tgt for c in corpora]
+    out_dir = Path(out_dir)
+    if t.joint:
+        train_sentencepiece(srcs + tgts, out_dir / "spm", tags=recipe.data.tags, **options)
+    else:
+        train_sentencepiece(srcs, out_dir / "spm.src", tags=recipe.data.tags, **options)
+        train_sentencepiece(tgts, out_dir / "spm.tgt", **options)
+    return load_recipe_tokenizer(out_dir, t.joint)
+
+
+def given_tokenizer(recipe: Recipe) -> Tokenizer:
+    """The SentencePiece model(s) tokenizer.model names, checked against the recipe (its
+    `joint` and its tags); ConfigError naming the key otherwise."""
+    path, joint = recipe.tokenizer.model, recipe.tokenizer.joint
+    if path is None:
+        raise ValueError("the recipe has no tokenizer.model")  # a bug: callers check
+    if path.is_dir():
+        src, tgt = model_paths(path, joint)
+    elif joint:
+        src, tgt = path, None
+    else:
+        raise ConfigError(f"tokenizer.model: {path} is one model; with tokenizer.joint: false "
+                          "name a directory holding spm.src.model and spm.tgt.model")
+    try:
+        tokenizer = Tokenizer.from_files(src, tgt)
+    except DataError as exc:
+        raise ConfigError(f"tokenizer.model: {exc}") from None
+    require_tags(tokenizer, recipe.data.tags, f"tokenizer.model: {src}")
+    return tokenizer
+
+
+def require_tags(tokenizer: Tokenizer, tags: tuple[str, ...], where: str) -> None:
+    """ConfigError unless a SentencePiece model made elsewhere holds the recipe's tags."""
+    missing = [tag for tag in tags if tag not in tokenizer.tags]
+    if missing:
+        raise ConfigError(f"{where} has no tag {missing[0]} (its tags: "
+                          f"{', '.join(tokenizer.tags) or 'none'}); a run can use only the "
+                          "tags of a SentencePiece model it did not train")
+
+
+def write_tokenizer(tokenizer: Tokenizer, out_dir: Path) -> Tokenizer:
+    """Write a tokenizer's model(s) into out_dir, byte for byte, as a run keeps them."""
+    src_path, tgt_path = model_paths(Path(out_dir), tokenizer.joint)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(src_path, tokenizer.src_bytes)
+    if tgt_path is not None:
+        atomic_write_bytes(tgt_path, tokenizer.tgt_bytes)
+    return load_recipe_tokenizer(out_dir, tokenizer.joint)
+
+
+def load_recipe_tokenizer(out_dir: Path, joint: bool) -> Tokenizer:
+    src, tgt = model_paths(Path(out_dir), joint)
+    return Tokenizer.from_files(src, tgt)

@@ -1,0 +1,1 @@
+"""Decoding: search, engines (torch, int8, CTranslate2), translation of text, sharding."""

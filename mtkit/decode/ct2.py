@@ -1,0 +1,252 @@
+"""CTranslate2: export an mtkit model to a CTranslate2 model directory, and decode with it.
+
+Needs the optional extra `pip install 'mtkit[ct2]'`. The export goes through
+CTranslate2's Python model specification: build the spec, fill every weight, validate,
+quantise, save. The directory also holds the SentencePiece model(s) and the recipe, so
+`mtkit translate -m DIR` needs nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mtkit.config import DecodeConfig, Recipe, recipe_from_dict
+from mtkit.data.tokenizer import Tokenizer
+from mtkit.decode.search import Hypothesis
+from mtkit.errors import CheckpointError, ConfigError
+from mtkit.files.atomic import recover_dir, replace_dir
+from mtkit.model.checkpoint import load_checkpoint
+from mtkit.model.transformer import Transformer
+from mtkit.runtime.devices import usable_cores
+
+QUANTIZATIONS = ("float32", "int8", "int8_float32")
+MARKER = "mtkit.json"  # what tells an exported directory from any other
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise ConfigError(
+            "CTranslate2 is not installed; install the extra: pip install 'mtkit[ct2]'"
+        ) from None
+    return ctranslate2
+
+
+def is_exported_model(path: Path) -> bool:
+    recover_dir(path)  # an export killed between its two renames left only PATH.old
+    return path.is_dir() and (path / MARKER).is_file()
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: bool = False):
+    """Write a CTranslate2 model directory for the mtkit model bundle at model_path."""
+    if quantization not in QUANTIZATIONS:
+        raise ConfigError(f"--quantization {quantization}: expected one of "
+                          f"{', '.join(QUANTIZATIONS)}")
+    if out_dir.exists() and not force:
+        raise ConfigError(f"{out_dir}: already exists; use --force to replace it")
+    ctranslate2 = _ctranslate2()
+    bundle = load_checkpoint(model_path)
+    tokenizer = bundle.tokenizer()
+    model = bundle.model(tokenizer, str(model_path))
+    spec = _spec(ctranslate2, model, bundle.recipe)
+    spec.register_source_vocabulary(tokenizer.pieces("src"))
+    spec.register_target_vocabulary(tokenizer.pieces("tgt"))
+    spec.validate()
+    spec.optimize(quantization=quantization)
+
+    partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        spec.save(str(partial))
+        (partial / "spm.src.model").write_bytes(tokenizer.src_bytes)
+        if tokenizer.tgt_bytes is not None:
+            (partial / "spm.tgt.model").write_bytes(tokenizer.tgt_bytes)
+        marker = {"recipe": bundle.recipe.to_dict(), "quantization": quantization,
+                  "exported_from": str(model_path)}
+        (partial / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
+        replace_dir(partial, out_dir)  # a crash leaves the old export or the new one, never half
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)  # a no-op after the swap
+
+
+def _spec(ctranslate2, model: Transformer, recipe: Recipe):
+    cfg = recipe.model
+    specs = ctranslate2.specs
+    swiglu = cfg.activation == "swiglu"
+    spec = specs.TransformerSpec.from_config(
+        (cfg.enc_layers, cfg.dec_layers),
+        cfg.heads,
+        pre_norm=cfg.norm == "pre",
+        activation=specs.Activation.SWISH if swiglu else specs.Activation.RELU,
+        ffn_glu=swiglu,
+    )
+    spec.config.add_source_eos = True  # mtkit's encoder reads source + </s>
+    spec.config.layer_norm_epsilon = model.decoder[0].norm1.eps
+    positions = _positions(model)  # (max_positions, D)
+
+    enc, dec = spec.encoder, spec.decoder
+    enc.embeddings[0].weight = _np(model.src_embed.weight)
+    enc.position_encodings.encodings = positions
+    for layer_spec, layer in zip(enc.layer, model.encoder):
+        _linear(layer_spec.self_attention.linear[0], layer.self_attn.qkv)
+        _linear(layer_spec.self_attention.linear[1], layer.self_attn.out)
+        _norm(layer_spec.self_attention.layer_norm, layer.norm1)
+        _ffn(layer_spec.ffn, layer.ffn, layer.norm2)
+    dec.embeddings.weight = _np(model.tgt_embed.weight)
+    dec.position_encodings.encodings = positions
+    dec.projection.weight = _np(model.out_proj.weight)
+    for layer_spec, layer in zip(dec.layer, model.decoder):
+        _linear(layer_spec.self_attention.linear[0], layer.self_attn.qkv)
+        _linear(layer_spec.self_attention.linear[1], layer.self_attn.out)
+        _norm(layer_spec.self_attention.layer_norm, layer.norm1)
+        _linear(layer_spec.attention.linear[0], layer.cross_attn.q)
+        _linear(layer_spec.attention.linear[1], layer.cross_attn.kv)
+        _linear(layer_spec.attention.linear[2], layer.cross_attn.out)
+        _norm(layer_spec.attention.layer_norm, layer.norm2)
+        _ffn(layer_spec.ffn, layer.ffn, layer.norm3)
+    if cfg.norm == "pre":
+        _norm(enc.layer_norm, model.enc_norm)
+        _norm(dec.layer_norm, model.dec_norm)
+    return spec
+
+
+def _positions(model: Transformer) -> np.ndarray:
+    if model.pos_embed is not None:
+        return _np(model.pos_embed.weight)
+    return _np(model.pos_table)
+
+
+def _ffn(spec, ffn, norm) -> None:
+    _norm(spec.layer_norm, norm)
+    if ffn.swiglu:  # w_in holds [gate; up]: CTranslate2 wants them apart
+        gate, up = ffn.w_in.weight.chunk(2, dim=0)
+        spec.linear_0.weight = _np(gate)
+        spec.linear_0_noact.weight = _np(up)
+    else:
+        _linear(spec.linear_0, ffn.w_in)
+    _linear(spec.linear_1, ffn.w_out)
+
+
+def _linear(spec, linear: torch.nn.Linear) -> None:
+    spec.weight = _np(linear.weight)
+    if linear.bias is not None:
+        spec.bias = _np(linear.bias)
+
+
+def _norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma = _np(norm.weight)
+    spec.beta = _np(norm.bias)
+
+
+def _np(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().float().cpu().numpy().copy()
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+# Threads. A CTranslate2 translator fixes its threads when it is loaded: `inter_threads`
+# workers, each decoding one batch at a time with `intra_threads` OpenMP threads. Spread
+# over cores, OpenMP threads pay off only when a batch has enough rows to share out. On
+# the 2-core test machine (bench/engines.py, Bible model, beam 5) one verse took 24.2 ms
+# at 1 thread and 71.6 ms at 2 with int8, 55.5 and 75.3 ms with float32; the 991 test
+# verses in 4096-token batches ran at 47.7 sentences/s on 1 thread and 87.5 on 2
+# (float32). So by default (threads 0) a small batch runs on one thread, with a worker
+# per core for calls made at the same time, and a large batch gets every core intra-op.
+# `--threads N` sets N intra-op threads for every batch (one worker).
+LARGE_BATCH = 16  # sentences from which a batch gets every core intra-op (not tuned)
+
+
+def choose_threads(sentences: int, cores: int, threads: int = 0) -> tuple[int, int]:
+    """(inter_threads, intra_threads) for a batch of `sentences` on `cores` usable cores;
+    `threads` > 0 is the user's choice of intra-op threads."""
+    if threads > 0:
+        return 1, threads
+    if sentences >= LARGE_BATCH:
+        return 1, cores
+    return cores, 1
+
+
+class CTranslate2Engine:
+    """An `engine.Engine` that decodes with an exported CTranslate2 model.
+
+    Threads per batch by `choose_threads`: one translator per setting in use, loaded when
+    first needed (the small-batch one at once, so the first sentence does not wait).
+    """
+
+    name = "ctranslate2"
+    # CTranslate2 ends a sentence once its top-ranked candidate has ended and its n-best
+    # are in: mtkit's `top`, in effect. `early`, the default, is accepted for it.
+    stop_rules = ("early", "top")
+
+    def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0):
+        self.model_dir, self.device, self.threads = model_dir, device, threads
+        self.cores = usable_cores()
+        self._translators: dict[tuple[int, int], object] = {}
+        self.translator_for(1)
+        self.tokenizer = load_exported_tokenizer(model_dir)
+        self.recipe = load_exported_recipe(model_dir)
+        self.max_source = self.recipe.model.max_positions - 1
+        self.src_pieces = self.tokenizer.pieces("src")
+        self.tgt_ids = {piece: i for i, piece in enumerate(self.tokenizer.pieces("tgt"))}
+
+    def translator_for(self, sentences: int):
+        """The translator with the thread setting for a batch of `sentences`."""
+        inter, intra = choose_threads(sentences, self.cores, self.threads)
+        if self.device != "cpu":  # one worker on the GPU; its CPU threads as given
+            inter, intra = 1, self.threads
+        translator = self._translators.get((inter, intra))
+        if translator is None:
+            translator = _ctranslate2().Translator(
+                str(self.model_dir), device=self.device, inter_threads=inter,
+                intra_threads=intra)
+            self._translators[inter, intra] = translator
+        return translator
+
+    def search(self, sources: list[list[int]], opts: DecodeConfig) -> list[list[Hypothesis]]:
+        tokens = [[self.src_pieces[i] for i in ids] for ids in sources]
+        # CTranslate2 caps lengths per batch, not per sentence: take the batch's largest cap
+        longest = max(len(ids) for ids in sources)
+        cap = min(int(opts.max_len_a * longest + opts.max_len_b), self.max_source)
+        results = self.translator_for(len(sources)).translate_batch(
+            tokens,
+            beam_size=opts.beam,
+            length_penalty=opts.lenpen,
+            num_hypotheses=opts.nbest,
+            max_decoding_length=max(cap, 1),
+            return_scores=True,
+            max_batch_size=0,
+        )
+        found = []
+        for result in results:
+            hyps = []
+            for pieces, score in zip(result.hypotheses, result.scores):
+                ids = [self.tgt_ids[p] for p in pieces]
+                # CTranslate2 reports one (length-penalised) score; it stands for both
+                hyps.append(Hypothesis(ids, float(score), float(score)))
+            found.append(hyps)
+        return found
+
+
+def load_exported_recipe(model_dir: Path) -> Recipe:
+    try:
+        marker = json.loads((model_dir / MARKER).read_text(encoding="utf-8"))
+        return recipe_from_dict(marker["recipe"], where=str(model_dir))
+    except (OSError, json.JSONDecodeError, KeyError):
+        raise CheckpointError(f"{model_dir}: not an mtkit CTranslate2 export") from None
+
+
+def load_exported_tokenizer(model_dir: Path) -> Tokenizer:
+    tgt = model_dir / "spm.tgt.model"
+    return Tokenizer.from_files(model_dir / "spm.src.model", tgt if tgt.is_file() else None)

@@ -1,0 +1,203 @@
+"""Decoding engines: what turns encoded sources into hypotheses, behind one interface.
+
+`TorchEngine` runs mtkit's own models and search (one model or an ensemble, optionally
+int8); `ct2.CTranslate2Engine` runs an exported CTranslate2 model. Both satisfy `Engine`,
+so the Translator, the pipeline, validation during training and the benchmarks never ask
+which one they hold. `load_engine` picks one for the files `translate -m` is given.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+from mtkit.config import DecodeConfig, Recipe
+from mtkit.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from mtkit.decode import ct2
+from mtkit.decode.search import STOP_RULES, Hypothesis, beam_search, greedy_search
+from mtkit.errors import CheckpointError, ConfigError
+from mtkit.model.checkpoint import Bundle, load_checkpoint
+from mtkit.model.transformer import Transformer
+
+ENGINES = ("auto", "torch", "ctranslate2")
+QUANTIZE = ("none", "int8")
+
+
+class Engine(Protocol):
+    name: str  # what `--engine` calls it: torch or ctranslate2
+    tokenizer: Tokenizer
+    recipe: Recipe  # the recipe the model was trained with: its `decode` section is the default
+    max_source: int  # source tokens a sentence may have (longer ones are truncated first)
+    stop_rules: tuple[str, ...]  # the decode.stop values it honours, the first by default
+
+    def search(self, sources: list[list[int]], settings: DecodeConfig) -> list[list[Hypothesis]]:
+        """Up to settings.nbest hypotheses per encoded source, best first."""
+
+
+class TorchEngine:
+    """mtkit's models (an ensemble if several, sharing one vocabulary) and search.
+
+    Threads: torch's one intra-op pool, all usable cores for every batch unless
+    `--threads` says otherwise. Unlike CTranslate2's (ct2.choose_threads), a second thread
+    pays even for one sentence on the 2-core test machine (bench/engines.py, Bible model:
+    beam 5 62.2 ms at 2 threads against 75.4 at 1, greedy 41.4 against 54.1, the test set
+    81.9 against 44.7 sentences/s). On cores busy with other work intra-op threads wait on
+    each other: there `--threads 1`.
+    """
+
+    name = "torch"
+    stop_rules = STOP_RULES
+
+    def __init__(self, models: Sequence[Transformer], tokenizer: Tokenizer, recipe: Recipe,
+                 device: torch.device | str = "cpu", use_cache: bool = True):
+        self.models = list(models)
+        for model in self.models:
+            model.eval()  # once here, not per batch: the search runs dropout-free
+        self.tokenizer = tokenizer
+        self.recipe = recipe
+        self.device = torch.device(device)
+        self.use_cache = use_cache  # False recomputes every prefix: the benchmarks' reference
+        self.max_source = min(m.max_positions for m in self.models) - 1  # room for EOS
+
+    @classmethod
+    def from_bundles(cls, bundles: Sequence[Bundle], names: Sequence[str],
+                     device: torch.device | str = "cpu", quantize: str = "none") -> TorchEngine:
+        first = bundles[0]
+        for name, bundle in zip(names[1:], bundles[1:]):
+            if not bundle.same_vocabulary(first):
+                raise CheckpointError(
+                    f"{name}: its vocabulary differs from {names[0]}; an ensemble needs models "
+                    "trained with the same tokenizer"
+                )
+        tokenizer = first.tokenizer()
+        models = [b.model(tokenizer, name).to(device) for b, name in zip(bundles, names)]
+        if quantize == "int8":
+            models = [quantize_int8(model) for model in models]
+        return cls(models, tokenizer, first.recipe, device)
+
+    @classmethod
+    def load(cls, paths: Sequence[Path], device: torch.device | str = "cpu",
+             quantize: str = "none") -> TorchEngine:
+        bundles = [load_checkpoint(path) for path in paths]
+        return cls.from_bundles(bundles, [str(p) for p in paths], device, quantize)
+
+    @torch.inference_mode()
+    def search(self, sources: list[list[int]], settings: DecodeConfig) -> list[list[Hypothesis]]:
+        src = pad_sources(sources).to(self.device)
+        s = settings
+        if s.beam == 1 and s.nbest == 1:
+            best = greedy_search(self.models, src, s.max_len_a, s.max_len_b,
+                                 use_cache=self.use_cache)
+            return [[h] for h in best]
+        return beam_search(
+            self.models, src, beam=s.beam, lenpen=s.lenpen, nbest=s.nbest,
+            max_len_a=s.max_len_a, max_len_b=s.max_len_b, use_cache=self.use_cache,
+            stop=s.stop,
+        )
+
+
+def pad_sources(sources: list[list[int]]) -> torch.Tensor:
+    """Append EOS and right-pad: (batch, longest + 1)."""
+    width = max(len(s) for s in sources) + 1
+    out = torch.full((len(sources), width), PAD_ID, dtype=torch.long)
+    for row, ids in enumerate(sources):
+        out[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        out[row, len(ids)] = EOS_ID
+    return out
+
+
+def quantize_int8(model: Transformer) -> Transformer:
+    """A copy of the model with every linear layer in int8 (`Int8Linear`), for CPU
+    inference; embeddings stay fp32 (the tied output projection gets its own int8 copy)."""
+    if not torch.backends.mkldnn.is_available():
+        raise ConfigError("--quantize int8 needs a torch build with oneDNN (mkldnn)")
+    model = copy.deepcopy(model)
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if type(child) is nn.Linear:
+                setattr(parent, name, Int8Linear(child))
+    return model
+
+
+X_LEVELS = 127  # x is quantised to 0..127, not 0..255: see Int8Linear
+
+
+class Int8Linear(nn.Module):
+    """x W^T + b with W in int8, one scale per output row, and x quantised on the fly to
+    7-bit unsigned (0..127) with one scale and zero point per call (dynamic quantisation),
+    through oneDNN's int8 matmul, which also applies the scales and the bias.
+
+    Why 7 bits for x: on x86 CPUs without VNNI (AVX2 only, e.g. AMD Zen 3) oneDNN
+    multiplies u8 x s8 with vpmaddubsw, which adds pairs of products into int16 and
+    saturates: 255 * 127 * 2 does not fit (tests/unit/test_int8.py's random inputs came
+    out wrong by a third of the output's range on such a machine). 127 * 127 * 2 fits, on
+    every CPU; fbgemm's `reduce_range` does the same. The demo model's test BLEU: fp32
+    20.72, 7 bits 20.70, 8 bits 20.78 (saturating rarely on its activations).
+
+    Why this and not torch.ao's quantize_dynamic (deprecated in torch 2.13, with quantized
+    tensors) or torchao's Int8DynamicActivationInt8WeightConfig (its successor; torchao
+    0.18.0 installs beside torch 2.13.0+cpu and runs): the Bible model's 19 decoder
+    linears, 1 thread, this CPU (AVX2, no VNNI), eager mode, per call of all 19 --
+    600 rows: fp32 30.0 ms, torch.ao (fbgemm) 21.9, this 10.3, torchao 39.8;
+    5 rows: fp32 0.75 ms, torch.ao 0.56, this 1.17, torchao 3.16.
+    torchao quantises activations in a chain of small ops (meant to be fused by
+    torch.compile; not measured here), and its weight-only kernel (_weight_int8pack_mm)
+    is slow without AVX-512. The oneDNN ops are the ones torch's own x86 int8 inference
+    lowers to, on plain int8/uint8 tensors. About ten small ops per call quantise x:
+    int8 pays on batches, and costs time on one sentence, where fp32 is the faster choice.
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach().float()
+        scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127  # (out,)
+        quantized = torch.round(weight / scale[:, None]).to(torch.int8)  # (out, in)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("w_scale", scale)
+        self.register_buffer("w_zero", torch.zeros(self.out_features, dtype=torch.long))
+        self.bias = None if linear.bias is None else linear.bias.detach().float()
+        # oneDNN's own blocked layout, an opaque tensor: not a buffer (no state_dict, no .to)
+        self.packed = torch.ops.onednn.qlinear_prepack(quantized, None)
+
+    def forward(self, x: Tensor) -> Tensor:  # (..., in) -> (..., out)
+        lead = x.shape[:-1]
+        x = x.reshape(-1, self.in_features)
+        if x.size(0) == 0:
+            return x.new_zeros(*lead, self.out_features)
+        # The range includes 0, so that zeros (padding, ReLU outputs) stay exact.
+        lo, hi = (float(v) for v in torch.aminmax(x))  # no wait on the CPU
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+        scale = max(hi - lo, 1e-8) / X_LEVELS
+        zero = round(-lo / scale)
+        qx = x.div(scale).round_().add_(zero).clamp_(0, X_LEVELS).to(torch.uint8)
+        y = torch.ops.onednn.qlinear_pointwise(
+            qx, scale, zero, self.packed, self.w_scale, self.w_zero, self.bias,
+            1.0, 0, torch.float32, "none", [], "")  # output scale 1, zero 0: plain fp32
+        return y.view(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+def load_engine(paths: Sequence[Path], engine: str = "auto", quantize: str = "none",
+                device: torch.device | str = "cpu", threads: int = 0) -> Engine:
+    """mtkit model files (an ensemble if several), or a directory `mtkit export` wrote."""
+    paths = [Path(p) for p in paths]
+    device = torch.device(device)
+    if engine not in ENGINES:
+        raise ConfigError(f"--engine {engine}: expected {', '.join(ENGINES)}")
+    if quantize not in QUANTIZE:
+        raise ConfigError(f"--quantize {quantize}: expected {' or '.join(QUANTIZE)}")
+    exported = [ct2.is_exported_model(p) for p in paths]
+    if engine == "ctranslate2" or (engine == "auto" and any(exported)):
+        if len(paths) != 1 or not exported[0]:
+            raise ConfigError("--engine ctranslate2 takes one directory written by `mtkit export`")
+        return ct2.CTranslate2Engine(paths[0], device.type, threads)
+    if quantize == "int8" and device.type != "cpu":
+        raise ConfigError("--quantize int8 runs on the CPU; use --device cpu")
+    return TorchEngine.load(paths, device, quantize)

@@ -1,0 +1,262 @@
+"""Translation of text: lines in -> bounded buffers -> length-sorted token batches ->
+engine -> lines out, in input order. `Translator` is also mtkit's Python API.
+
+The line contract: exactly one output line per input line (or `nbest` lines, see
+`Translator.format`), in input order, always. Empty input lines give empty output lines
+without running the model; over-long inputs are truncated (counted, warned), never
+dropped; invalid UTF-8 is replaced with U+FFFD and counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import select
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from mtkit.config import DecodeConfig, replace_checked
+from mtkit.data.batching import token_batches
+from mtkit.decode.engine import Engine, load_engine
+from mtkit.decode.search import Hypothesis
+from mtkit.errors import ConfigError
+from mtkit.progress import progress_bar
+from mtkit.runtime.devices import resolve_device, set_threads
+
+log = logging.getLogger("mtkit")
+
+
+@dataclass
+class Stats:
+    sentences: int = 0
+    tokens: int = 0  # target tokens produced (best hypothesis, without EOS)
+    truncated: int = 0
+    invalid_utf8: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: Stats) -> None:
+        """Count another process's share of the same job (the clock stays this one's)."""
+        self.sentences += other.sentences
+        self.tokens += other.tokens
+        self.truncated += other.truncated
+        self.invalid_utf8 += other.invalid_utf8
+
+    def summary(self) -> str:
+        rate = self.sentences / max(self.seconds, 1e-9)
+        text = (
+            f"translated {self.sentences} sentences, {self.tokens} tokens in "
+            f"{self.seconds:.1f}s ({rate:.1f} sentences/s)"
+        )
+        if self.truncated:
+            text += f"; {self.truncated} inputs truncated"
+        if self.invalid_utf8:
+            text += f"; {self.invalid_utf8} lines had invalid UTF-8 (replaced)"
+        return text
+
+
+# --------------------------------------------------------------------------- translating
+
+# translate's options for the decode settings, so that errors name what the user typed
+OPTION_NAMES = {"beam": "--beam", "lenpen": "--lenpen", "stop": "--stop", "nbest": "--nbest",
+                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b"}
+
+
+class Translator:
+    """Text lines in, translations out, through any `engine.Engine`.
+
+    The engine sees only non-empty, token-bounded batches of encoded sources; this class
+    keeps the line contract around it. Python use:
+
+        translator = Translator.load("model.pt", beam=5)
+        translator.translate(["Hola.", "¿Qué tal?"])  # -> two English lines
+    """
+
+    def __init__(self, engine: Engine, settings: DecodeConfig | None = None,
+                 max_tokens: int = 4096):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        settings = settings if settings is not None else engine.recipe.decode
+        if settings.stop not in engine.stop_rules:
+            log.warning("this engine stops %s: decode.stop %s does not apply",
+                        engine.stop_rules[0], settings.stop)
+            settings = dataclasses.replace(settings, stop=engine.stop_rules[0])
+        self.settings = settings
+        self.max_tokens = max_tokens
+        self.max_source = engine.max_source
+        self.stats = Stats()
+
+    @classmethod
+    def load(
+        cls,
+        models: str | Path | Sequence[str | Path],
+        *,
+        device: str = "auto",
+        threads: int = 0,
+        quantize: str = "none",
+        engine: str = "auto",
+        max_tokens: int = 4096,
+        option_names: dict[str, str] | None = None,
+        **decode: Any,
+    ) -> Translator:
+        """Load model file(s) (an ensemble) or a CTranslate2 export; `decode` overrides the
+        recipe's decode settings (beam, lenpen, stop, nbest, max_len_a, max_len_b; None
+        keeps the recipe's). `option_names` lets errors name command-line flags."""
+        paths = [models] if isinstance(models, (str, Path)) else list(models)
+        set_threads(threads)
+        loaded = load_engine([Path(p) for p in paths], engine, quantize, resolve_device(device),
+                             threads)
+        unknown = sorted(set(decode) - {f.name for f in dataclasses.fields(DecodeConfig)})
+        if unknown:
+            raise ConfigError(f"Translator.load: unknown decode setting(s) {', '.join(unknown)}")
+        where = "command line" if option_names else "Translator.load"
+        settings = replace_checked(loaded.recipe.decode, decode, option_names, where=where)
+        if decode.get("stop") is not None and settings.stop not in loaded.stop_rules:
+            flag = (option_names or {}).get("stop", "stop")
+            raise ConfigError(f"{flag} {settings.stop}: this engine stops only "
+                              f"{' or '.join(loaded.stop_rules)}; use --engine torch")
+        return cls(loaded, settings, max_tokens)  # a recipe's stop it lacks: a warning
+
+    def translate(self, lines: Sequence[str]) -> list[str]:
+        """The best translation of each line, one output per input line."""
+        return self.texts([hyps[0] for hyps in self.search(lines)])
+
+    def search(self, lines: Sequence[str], first_line: int | None = None
+               ) -> list[list[Hypothesis]]:
+        """n-best hypotheses per line (empty lines get one empty hypothesis). Warnings
+        number lines from `first_line` (0-based; default: the lines translated so far)."""
+        first_line = self.stats.sentences if first_line is None else first_line
+        results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in lines]
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+        encoded = self.tokenizer.encode_src([lines[i] for i in todo]) if todo else []
+        for k, ids in enumerate(encoded):
+            if len(ids) > self.max_source:
+                encoded[k] = ids[: self.max_source]
+                self._warn_truncated(first_line + todo[k] + 1, len(ids))
+        for batch in token_batches([len(ids) + 1 for ids in encoded], self.max_tokens):
+            found = self.engine.search([encoded[k] for k in batch], self.settings)
+            for k, hyps in zip(batch, found):
+                results[todo[k]] = hyps
+        self.stats.sentences += len(lines)
+        self.stats.tokens += sum(len(r[0].tokens) for r in results)
+        return results
+
+    def _warn_truncated(self, line_number: int, length: int) -> None:
+        self.stats.truncated += 1
+        if self.stats.truncated <= 3:  # then only counted, in the summary line
+            log.warning(
+                "input line %d: %d tokens, truncated to the model's %d%s",
+                line_number, length, self.max_source,
+                "; further truncations are counted in the summary"
+                if self.stats.truncated == 3 else "",
+            )
+
+    def format(self, hyps_per_line: list[list[Hypothesis]], first_index: int,
+               scores: bool = False) -> list[str]:
+        """Output lines: one per input (TAB + score with `scores`), or, for nbest > 1,
+        `index<TAB>score<TAB>text` rows."""
+        out = []
+        for offset, hyps in enumerate(hyps_per_line):
+            texts = self.texts(hyps)
+            if self.settings.nbest > 1:
+                out += [f"{first_index + offset}\t{h.score:.4f}\t{t}" for h, t in zip(hyps, texts)]
+            elif scores:
+                out.append(f"{texts[0]}\t{hyps[0].score:.4f}")
+            else:
+                out.append(texts[0])
+        return out
+
+    def texts(self, hyps: list[Hypothesis]) -> list[str]:
+        """The text of each hypothesis, as `translate` prints it (never a line break)."""
+        texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+        return [t.replace("\r", " ").replace("\n", " ") for t in texts]
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+def read_line_buffers(fd: int, max_lines: int, byte_limit: int | None = None
+                      ) -> Iterator[list[bytes]]:
+    """Yield lists of raw lines (split on b'\\n' only) as soon as input pauses or
+    `max_lines` are waiting, so interactive use answers each line at once while a
+    pipe or file is processed in full buffers. `byte_limit`: read no more than that
+    (a shard of a file, from where fd stands)."""
+    pending = b""
+    lines: list[bytes] = []
+    left = byte_limit if byte_limit is not None else math.inf
+    while left > 0:
+        while len(lines) >= max_lines:
+            yield lines[:max_lines]
+            lines = lines[max_lines:]
+        if lines and not _readable_now(fd):
+            yield lines
+            lines = []
+        chunk = os.read(fd, int(min(left, 1 << 16)))
+        if not chunk:
+            break
+        left -= len(chunk)
+        pending += chunk
+        if b"\n" in chunk:
+            *complete, pending = pending.split(b"\n")
+            lines.extend(complete)
+    if pending:
+        lines.append(pending)
+    while lines:
+        yield lines[:max_lines]
+        lines = lines[max_lines:]
+
+
+def _readable_now(fd: int) -> bool:
+    try:
+        ready, _, _ = select.select([fd], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(ready)
+
+
+def decode_lines(raw: list[bytes], stats: Stats) -> list[str]:
+    lines = []
+    for line in raw:
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            stats.invalid_utf8 += 1
+            lines.append(line.decode("utf-8", errors="replace"))
+    return lines
+
+
+def translate_stream(
+    translator: Translator, in_fd: int, out: BinaryIO, buffer_lines: int = 2000,
+    scores: bool = False, total_lines: int | None = None, progress: bool = False,
+    first_line: int = 0, byte_limit: int | None = None,
+) -> Stats:
+    """Translate everything readable from in_fd to out, flushing after every buffer.
+    `progress`: a bar on stderr when it is a terminal (with an ETA given `total_lines`).
+    A shard of a file: in_fd stands at its line `first_line`, `byte_limit` bytes long."""
+    start = time.perf_counter()
+    index = first_line
+    bar = progress_bar(total_lines, "line", enabled=progress)
+    for raw in read_line_buffers(in_fd, buffer_lines, byte_limit):
+        lines = decode_lines(raw, translator.stats)
+        results = translator.search(lines, index)
+        text = "".join(line + "\n" for line in translator.format(results, index, scores))
+        out.write(text.encode("utf-8"))
+        out.flush()
+        index += len(lines)
+        if bar is not None:
+            bar.update(len(lines))
+    if bar is not None:
+        bar.close()
+    translator.stats.seconds = time.perf_counter() - start
+    if translator.stats.invalid_utf8:
+        log.warning(
+            "%d input lines had invalid UTF-8; bad bytes were replaced with U+FFFD",
+            translator.stats.invalid_utf8,
+        )
+    return translator.stats

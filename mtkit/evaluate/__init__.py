@@ -1,0 +1,1 @@
+"""Evaluation: sacrebleu scores with signatures, and validation on held-out data."""

@@ -1,0 +1,1 @@
+"""Files: crash-safe writes and reading text."""

@@ -1,0 +1,129 @@
+"""Crash-safe output: a file or a whole directory is replaced at once, never seen half-written.
+
+A file is written to a temporary file next to it, fsynced and renamed over the old one
+(atomic_write). A directory is built under another name and swapped in with two renames
+(replace_dir); every reader calls recover_dir first, which undoes the one state a crash
+between those renames can leave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from mtkit.errors import OutputError
+
+# --------------------------------------------------------------------------- files
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Call write(file) on a temporary file next to `path`, fsync it, then rename it over.
+
+    On any error (disk full, read-only directory) the temporary file is removed and the
+    previous file under `path` is left as it was; an OSError becomes an OutputError. The
+    parent directory must exist: creating it is the caller's decision.
+    """
+    path = Path(path)
+    tmp_name = None
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        # mkstemp creates the file 0600; give it the mode open() would, so that a model or
+        # manifest others may read keeps the permissions a plain write gave it
+        if hasattr(os, "fchmod"):  # not on Windows, where the mode bits mean little
+            os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp_name, path)
+        tmp_name = None
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise OutputError(
+            f"{path}: cannot write ({exc.strerror or exc}); the previous file, if any, is intact"
+        ) from None
+    finally:
+        if tmp_name is not None and os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda file: file.write(data))
+
+
+def atomic_write_json(path: Path, value: Any, indent: int = 2) -> None:
+    """`value` as JSON (UTF-8, ending in a newline)."""
+    text = json.dumps(value, indent=indent) + "\n"
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside `path` durable; a no-op where directories cannot be fsynced."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    try:  # Linux: readable without changing it, so no other thread sees a passing umask
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# --------------------------------------------------------------------------- directories
+#
+# OUT is replaced by two renames: OUT -> OUT.old, then PARTIAL -> OUT. A crash between
+# them leaves only OUT.old, which recover_dir (called by every reader first) renames back.
+# Anything else under another name, such as a half-built PARTIAL, is never trusted, and
+# the writer's next run removes it.
+
+
+def old_dir(out_dir: Path) -> Path:
+    """Where replace_dir parks the previous OUT while it swaps the new one in."""
+    out_dir = Path(out_dir)
+    return out_dir.with_name(out_dir.name + ".old")
+
+
+def replace_dir(partial: Path, out_dir: Path) -> None:
+    """Make the complete directory `partial` become `out_dir`, replacing any previous one.
+
+    `partial` must be fsynced already and be on the same file system as `out_dir`;
+    old_dir(out_dir) must not exist (a leftover is the caller's to judge and remove).
+    """
+    partial, out_dir = Path(partial), Path(out_dir)
+    old = old_dir(out_dir)
+    if out_dir.exists():
+        os.replace(out_dir, old)
+    os.replace(partial, out_dir)
+    fsync_dir(out_dir.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_dir(out_dir: Path) -> None:
+    """Undo a crash between replace_dir's two renames: only OUT.old is there."""
+    out_dir = Path(out_dir)
+    old = old_dir(out_dir)
+    if not out_dir.exists() and old.is_dir():
+        try:
+            os.replace(old, out_dir)
+        except FileNotFoundError:
+            pass  # another process (e.g. another rank) recovered it first

@@ -1,0 +1,135 @@
+"""Reading text files: UTF-8 lines (plain or gzip), line counts and content fingerprints.
+
+Every error is a one-line DataError that names the file (and the line, for bad UTF-8).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from mtkit.errors import DataError
+
+
+def _open_binary(path: Path, decompress: bool = True) -> IO[bytes]:
+    try:
+        if decompress and path.suffix == ".gz":
+            return gzip.open(path, "rb")
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise DataError(f"{path}: not found") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, expected a text file") from None
+    except PermissionError:
+        raise DataError(f"{path}: permission denied") from None
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    """Yield the lines of a UTF-8 text file (plain or .gz) without their line terminator.
+
+    Only '\\n' ends a line (str.splitlines would also split on U+2028 and friends, which
+    would silently misalign parallel files); a '\\r' before it is dropped too.
+    """
+    path = Path(path)
+    with _open_binary(path) as f:
+        try:
+            for number, raw in enumerate(f, start=1):
+                yield _decode_line(raw, path, number)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DataError(f"{path}: cannot read: {exc}") from None
+
+
+def _decode_line(raw: bytes, path: Path, number: int) -> str:
+    if raw.endswith(b"\r\n"):
+        raw = raw[:-2]
+    elif raw.endswith(b"\n"):
+        raw = raw[:-1]
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"{path}:{number}: invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+            f"{exc.start + 1}); fix or re-encode the file"
+        ) from None
+    if number == 1 and line.startswith("\ufeff"):
+        line = line[1:]  # a byte-order mark is an editor artefact, not text
+    return line
+
+
+def _chunks(path: Path, size: int = 1 << 22, decompress: bool = True) -> Iterator[bytes]:
+    with _open_binary(path, decompress) as f:
+        try:
+            while chunk := f.read(size):
+                yield chunk
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DataError(f"{path}: cannot read: {exc}") from None
+
+
+def count_lines(path: Path, decompress: bool = True) -> int:
+    """Number of lines read_lines yields (a last line without '\\n' counts); of the
+    bytes as stored with `decompress=False`."""
+    count, last = 0, b"\n"
+    for chunk in _chunks(Path(path), decompress=decompress):
+        count += chunk.count(b"\n")
+        last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def line_offsets(path: Path, numbers: list[int]) -> list[int]:
+    """The byte offsets (in the file as stored) at which the lines numbered `numbers`
+    (from 0) start; a number past the last line gives the file's size."""
+    found: dict[int, int] = {}
+    wanted = sorted(set(numbers))
+    line = base = 0  # lines before this chunk, and its offset
+    for chunk in _chunks(Path(path), decompress=False):
+        newlines = chunk.count(b"\n")
+        while wanted and wanted[0] <= line + newlines:
+            pos = -1  # line k starts after the k-th newline of the file
+            for _ in range(wanted[0] - line):
+                pos = chunk.index(b"\n", pos + 1)
+            found[wanted.pop(0)] = base + pos + 1
+        line += newlines
+        base += len(chunk)
+    for number in wanted:
+        found[number] = base
+    return [found[n] for n in numbers]
+
+
+def file_fingerprint(path: Path) -> str:
+    """Hex digest of the file's bytes (as stored, so compressed for .gz)."""
+    digest = hashlib.blake2b(digest_size=20)
+    for chunk in _chunks(Path(path), decompress=False):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file's value, or None when it is missing or damaged (whatever it stood for
+    is then redone or reported absent)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file such as metrics.jsonl (none if it is missing);
+    a line that does not decode, e.g. the last one cut by a crash, is skipped."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records

@@ -1,0 +1,1 @@
+"""The Transformer, its decoder cache, the loss, and model bundles on disk."""

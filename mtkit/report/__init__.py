@@ -1,0 +1,1 @@
+"""Reports on runs and models: `mtkit info` and `mtkit plot`."""

@@ -1,0 +1,1 @@
+"""Where computation runs: devices, threads, distributed jobs, logging."""

@@ -1,0 +1,140 @@
+"""Data-parallel jobs under torchrun: the process group, each rank's device and threads,
+and the few collectives that keep the ranks in lockstep.
+
+mtkit launches nothing itself: `torchrun --nproc_per_node N -m mtkit train RECIPE` starts
+the processes and sets RANK, WORLD_SIZE, LOCAL_RANK (and the rendezvous); `setup` joins
+them. Without torchrun every function here is the single-process no-op, so the trainer
+and the pipeline have one code path.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from mtkit.runtime.devices import resolve_device
+
+log = logging.getLogger("mtkit")
+
+_control: Any = None  # a gloo group with a long timeout: waiting for rank 0's own work
+
+
+def launched() -> bool:
+    """Whether torchrun started this process as one rank of several."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def setup(device: str, timeout_s: float, threads: int) -> torch.device:
+    """Join the torchrun job (if any) and return this rank's device.
+
+    Backend: NCCL on CUDA, gloo on CPU, from the device; each rank on its LOCAL_RANK GPU.
+    `timeout_s` bounds every training collective, so a dead rank ends the job instead of
+    hanging it. CPU threads per rank default to the usable cores / the local ranks.
+    """
+    chosen = resolve_device(device)
+    if not launched() or dist.is_initialized():
+        return chosen
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if chosen.type == "cuda":
+        chosen = torch.device("cuda", local_rank)
+        torch.cuda.set_device(chosen)
+    backend = "nccl" if chosen.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    global _control
+    _control = dist.new_group(backend="gloo", timeout=timedelta(days=1))
+    if threads == 0 and chosen.type == "cpu":
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_ranks))
+    _label_logs()
+    return chosen
+
+
+def _label_logs() -> None:
+    """Rank 0 logs as usual; the others only warnings and errors, prefixed with their rank."""
+    if not is_main():
+        log.addFilter(_RankPrefix(rank()))
+        log.setLevel(logging.WARNING)
+
+
+class _RankPrefix(logging.Filter):
+    def __init__(self, rank: int):
+        super().__init__()
+        self.prefix = f"[rank {rank}] "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = self.prefix + str(record.msg)
+        return True
+
+
+def wait_for_main() -> None:
+    """All ranks meet here; used while rank 0 alone tokenizes, binarises or validates,
+    which may take far longer than a training collective's timeout."""
+    if dist.is_initialized():
+        dist.barrier(group=_control)
+
+
+def broadcast(value: Any) -> Any:
+    """Rank 0's `value` on every rank (any picklable object)."""
+    if not dist.is_initialized():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0, group=_control)
+    return box[0]
+
+
+def send_object(value: Any, to: int) -> None:
+    """Send a picklable object to rank `to` (which must receive it), however long it waits."""
+    dist.send_object_list([value], dst=to, group=_control)
+
+
+def receive_object(source: int) -> Any:
+    box = [None]
+    dist.recv_object_list(box, src=source, group=_control)
+    return box[0]
+
+
+def all_reduce_sum(values: tuple[float, ...], device: torch.device) -> tuple[float, ...]:
+    """Sums over all ranks, in float64 (integers stay exact up to 2**53)."""
+    if not dist.is_initialized():
+        return values
+    tensor = torch.tensor(values, device=device, dtype=torch.float64)
+    dist.all_reduce(tensor)
+    kinds = [type(v) for v in values]
+    return tuple(kind(x) for kind, x in zip(kinds, tensor.tolist()))
+
+
+def agree(main_clock: float, signum: int, device: torch.device) -> tuple[float, int]:
+    """Rank 0's clock, and the signal any rank received (0: none), on every rank."""
+    if not dist.is_initialized():
+        return main_clock, signum
+    values = torch.tensor([main_clock if is_main() else 0.0, float(signum)], device=device,
+                          dtype=torch.float64)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return float(values[0]), int(values[1])
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        # DDP's reducer and gloo's finished work objects, kept alive by reference cycles,
+        # would otherwise be freed during interpreter shutdown, which can abort the
+        # process (once in CI: "terminate called without an active exception", SIGABRT)
+        gc.collect()
+        dist.destroy_process_group()

@@ -1,0 +1,1 @@
+"""`mtkit serve`: the HTTP server, its API, batcher, processes, metrics and page."""

@@ -1,0 +1,265 @@
+"""The HTTP API of `mtkit serve`: request bodies checked into typed requests, results
+shaped into answers. Pure: no web framework, no model.
+
+Two request shapes: LibreTranslate's `POST /translate` (`q` a string or a list of
+strings, each of which may hold several lines) and mtkit's `POST /v1/translate` (`text`,
+one line per item, with per-request decode settings). Every problem is a `RequestError`:
+an HTTP status and one line of text, which the app sends as `{"error": "..."}`.
+400: not JSON, or a value the server does not support; 401: API key; 413: over a size
+limit; 422: a field missing or of the wrong type or range; 503: the queue is full.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mtkit.config import DecodeConfig, Langs, replace_checked
+from mtkit.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 1_000_000  # a request's body
+    max_lines: int = 1000  # lines of one request (LibreTranslate texts split at newlines)
+    max_chars: int = 10_000  # characters of one line
+    max_queue: int = 4096  # lines waiting for the model, all requests together
+    max_beam: int = 16  # the largest beam (and nbest) a request may ask for
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, message: str, retry_after: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.retry_after = retry_after  # seconds, for 503
+
+
+@dataclass(frozen=True)
+class Translation:
+    """One line's hypotheses, best first (an empty line: one empty hypothesis, score 0)."""
+
+    texts: tuple[str, ...]
+    scores: tuple[float, ...]
+    tokens: int  # target tokens of the best hypothesis
+
+
+@dataclass(frozen=True)
+class LibreRequest:
+    texts: tuple[str, ...]  # the q items
+    single: bool  # q was one string (the answer is one string too)
+    alternatives: int  # further translations per text
+    lines: tuple[str, ...]  # every text's lines, text after text
+    line_counts: tuple[int, ...]  # lines per text
+
+
+@dataclass(frozen=True)
+class NativeRequest:
+    lines: tuple[str, ...]
+    beam: int | None
+    lenpen: float | None
+    nbest: int | None
+    scores: bool
+
+
+NATIVE_FIELDS = ("text", "beam", "lenpen", "nbest", "scores", "api_key")
+DECODE_NAMES = {"beam": "beam", "lenpen": "lenpen", "nbest": "nbest"}  # errors name fields
+
+
+# --------------------------------------------------------------------------- common
+
+
+def parse_json(body: bytes) -> Any:
+    """The body as JSON: UTF-8 (RFC 8259), standard numbers only (no NaN, Infinity)."""
+    try:
+        return json.loads(body.decode("utf-8-sig"), parse_constant=_not_json)
+    except UnicodeDecodeError:
+        raise RequestError(400, "invalid JSON: the body is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise RequestError(400, f"invalid JSON: {exc.msg} at line {exc.lineno} column "
+                                f"{exc.colno}") from None
+    except ValueError as exc:  # from _not_json
+        raise RequestError(400, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError(400, "invalid JSON: nested too deeply") from None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def check_api_key(expected: str | None, payload: Any, authorization: str | None) -> None:
+    """401 unless the key is in the body (`api_key`) or `Authorization: Bearer KEY`."""
+    if expected is None:
+        return
+    given = []
+    if authorization and authorization[:7].lower() == "bearer ":
+        given.append(authorization[7:].strip())
+    if isinstance(payload, dict) and isinstance(payload.get("api_key"), str):
+        given.append(payload["api_key"])
+    if not any(hmac.compare_digest(key.encode(), expected.encode()) for key in given):
+        what = "a wrong API key" if given else "no API key"
+        raise RequestError(401, f"{what}: send it as api_key in the body or as "
+                                "'Authorization: Bearer KEY'")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines as `mtkit translate` reads them: only \\n ends a line, a CR before it goes."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
+def check_sizes(lines: list[str], limits: Limits) -> None:
+    if len(lines) > limits.max_lines:
+        raise RequestError(413, f"{len(lines)} lines: a request may have at most "
+                                f"{limits.max_lines}")
+    for index, line in enumerate(lines):
+        if len(line) > limits.max_chars:
+            raise RequestError(413, f"line {index + 1} has {len(line)} characters: a line "
+                                    f"may have at most {limits.max_chars}")
+
+
+def decode_settings(base: DecodeConfig, limits: Limits, *, beam: Any = None,
+                    lenpen: Any = None, nbest: Any = None) -> DecodeConfig:
+    """The server's settings with a request's changes, checked like command-line options."""
+    try:
+        settings = replace_checked(base, {"beam": beam, "lenpen": lenpen, "nbest": nbest},
+                                   DECODE_NAMES, where="request")
+    except ConfigError as exc:
+        raise RequestError(422, str(exc)) from None
+    if settings.beam > max(limits.max_beam, base.beam):
+        raise RequestError(422, f"beam {settings.beam}: this server allows at most "
+                                f"{max(limits.max_beam, base.beam)}")
+    return settings
+
+
+def _object(payload: Any) -> dict[str, Any]:
+    if not isinstance(payload, dict):
+        raise RequestError(422, f"the body must be a JSON object, got {_kind(payload)}")
+    return payload
+
+
+def _kind(value: Any) -> str:
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+             list: "a list", dict: "an object", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _string(payload: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = payload.get(key, default)
+    if value is None:
+        raise RequestError(422, f"{key}: required")
+    if not isinstance(value, str):
+        raise RequestError(422, f"{key}: expected a string, got {_kind(value)}")
+    return value
+
+
+def _strings(value: Any, key: str) -> list[str]:
+    if not isinstance(value, list):
+        raise RequestError(422, f"{key}: expected a list of strings, got {_kind(value)}")
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise RequestError(422, f"{key}[{index}]: expected a string, got {_kind(item)}")
+    return value
+
+
+# --------------------------------------------------------------------------- LibreTranslate
+
+
+def libre_request(payload: Any, langs: Langs, limits: Limits) -> LibreRequest:
+    body = _object(payload)
+    if "q" not in body:
+        raise RequestError(422, "q: required (a string or a list of strings)")
+    single = isinstance(body["q"], str)
+    texts = [body["q"]] if single else _strings(body["q"], "q")
+    source, target = _string(body, "source"), _string(body, "target")
+    if source not in ("auto", langs.src) or target != langs.tgt:
+        raise RequestError(400, f"{source} -> {target} is not supported: this server "
+                                f"translates {langs.src} -> {langs.tgt}")
+    text_format = _string(body, "format", "text")
+    if text_format != "text":
+        raise RequestError(400, f"format {text_format}: only text is supported")
+    alternatives = body.get("alternatives", 0)
+    if isinstance(alternatives, bool) or not isinstance(alternatives, int):
+        raise RequestError(422, f"alternatives: expected an integer, got {_kind(alternatives)}")
+    if not 0 <= alternatives < limits.max_beam:
+        raise RequestError(422, f"alternatives {alternatives}: expected between 0 and "
+                                f"{limits.max_beam - 1}")
+    per_text = [split_lines(text) for text in texts]
+    lines = [line for text_lines in per_text for line in text_lines]
+    check_sizes(lines, limits)
+    return LibreRequest(tuple(texts), single, alternatives, tuple(lines),
+                        tuple(len(t) for t in per_text))
+
+
+def libre_settings(base: DecodeConfig, request: LibreRequest, limits: Limits) -> DecodeConfig:
+    """n alternatives: the n + 1 best of a beam at least that wide."""
+    if not request.alternatives:
+        return base
+    nbest = request.alternatives + 1
+    return decode_settings(base, limits, beam=max(base.beam, nbest), nbest=nbest)
+
+
+def libre_answer(request: LibreRequest, results: list[Translation]) -> dict[str, Any]:
+    """{"translatedText": str | [str]} and, when asked for, "alternatives": [str] | [[str]]
+    (the k-th alternative of a text of several lines joins their k-th hypotheses)."""
+    translated, alternatives, start = [], [], 0
+    for count in request.line_counts:
+        lines = results[start : start + count]
+        start += count
+        best = "\n".join(line.texts[0] for line in lines)
+        translated.append(best)
+        others: list[str] = []
+        for k in range(1, request.alternatives + 1):
+            text = "\n".join(line.texts[min(k, len(line.texts) - 1)] for line in lines)
+            if text != best and text not in others:  # a beam can spell one text twice
+                others.append(text)
+        alternatives.append(others)
+    answer: dict[str, Any] = {"translatedText": translated[0] if request.single else translated}
+    if request.alternatives:
+        answer["alternatives"] = alternatives[0] if request.single else alternatives
+    return answer
+
+
+# --------------------------------------------------------------------------- native
+
+
+def native_request(payload: Any, limits: Limits) -> NativeRequest:
+    body = _object(payload)
+    for key in body:
+        if key not in NATIVE_FIELDS:
+            close = difflib.get_close_matches(key, NATIVE_FIELDS, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(NATIVE_FIELDS)}"
+            raise RequestError(422, f"unknown field {key!r}; {hint}")
+    if "text" not in body:
+        raise RequestError(422, "text: required (a list of strings, one line each)")
+    lines = _strings(body["text"], "text")
+    for index, line in enumerate(lines):
+        if "\n" in line:
+            raise RequestError(422, f"text[{index}]: holds a line break; send one line per item")
+    check_sizes(lines, limits)
+    scores = body.get("scores", False)
+    if not isinstance(scores, bool):
+        raise RequestError(422, f"scores: expected true or false, got {_kind(scores)}")
+    return NativeRequest(tuple(lines), body.get("beam"), body.get("lenpen"), body.get("nbest"),
+                         scores)
+
+
+def native_settings(base: DecodeConfig, request: NativeRequest, limits: Limits) -> DecodeConfig:
+    return decode_settings(base, limits, beam=request.beam, lenpen=request.lenpen,
+                           nbest=request.nbest)
+
+
+def native_answer(settings: DecodeConfig, results: list[Translation], scores: bool,
+                  truncated: int) -> dict[str, Any]:
+    """{"translations": [{"text": best, "hypotheses": [{"text", "score"?}]}], the settings
+    used, and how many lines were truncated to the model's length}."""
+    translations = []
+    for line in results:
+        hypotheses = [{"text": text, "score": score} if scores else {"text": text}
+                      for text, score in zip(line.texts, line.scores)]
+        translations.append({"text": line.texts[0], "hypotheses": hypotheses})
+    return {"translations": translations, "beam": settings.beam, "lenpen": settings.lenpen,
+            "nbest": settings.nbest, "truncated": truncated}

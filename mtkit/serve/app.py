@@ -1,0 +1,338 @@
+"""The web app of `mtkit serve` (FastAPI): routes over one `Service`.
+
+A translation request is read (bounded), parsed and checked (serve_api), measured in
+source tokens, and queued in the batcher; its handler then waits for either the result
+or the client going away, whichever comes first. A client that leaves takes its lines out
+of the queue, or, if they are being decoded already, its result is dropped: either way
+no one waits for it. The model runs only in the threads in `Batcher.run()` (the main
+thread and any further workers), never on the event loop. Every error answer is
+`{"error": "one line"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.exceptions import HTTPException
+
+from mtkit.config import DecodeConfig
+from mtkit.decode.engine import Engine
+from mtkit.decode.search import Hypothesis
+from mtkit.decode.translate import Translator
+from mtkit.report.info import ARCHITECTURE
+from mtkit.serve.api import (
+    Limits,
+    RequestError,
+    Translation,
+    check_api_key,
+    libre_answer,
+    libre_request,
+    libre_settings,
+    native_answer,
+    native_request,
+    native_settings,
+    parse_json,
+)
+from mtkit.serve.batcher import Batcher, BatcherClosed, QueueFull
+from mtkit.serve.metrics import CONTENT_TYPE, ServeMetrics
+
+log = logging.getLogger("mtkit")
+
+TRANSLATION_ENDPOINTS = ("/translate", "/v1/translate")
+ENDPOINTS = ("/", "/health", "/languages", "/metrics", "/v1/models", *TRANSLATION_ENDPOINTS)
+CLIENT_GONE = 499  # nginx's status for a request whose client closed the connection
+
+
+class MeteredEngine:
+    """The engine, counting the lines of every batch it decodes into the metrics."""
+
+    def __init__(self, engine: Engine, metrics: ServeMetrics):
+        self.engine = engine
+        self.metrics = metrics
+        self.name = engine.name
+        self.tokenizer = engine.tokenizer
+        self.recipe = engine.recipe
+        self.max_source = engine.max_source
+        self.stop_rules = engine.stop_rules
+
+    def search(self, sources: list[list[int]], settings: DecodeConfig) -> list[list[Hypothesis]]:
+        self.metrics.count_batch(len(sources))
+        return self.engine.search(sources, settings)
+
+
+def decoder(translator: Translator) -> Callable[[DecodeConfig, list[str]], list[Translation]]:
+    """The batcher's decode function, called by every model thread: each thread decodes
+    with a Translator of its own over the shared engine, set to the settings its step's
+    jobs share."""
+    own = threading.local()
+
+    def decode(settings: DecodeConfig, lines: list[str]) -> list[Translation]:
+        mine = getattr(own, "translator", None)
+        if mine is None:
+            mine = own.translator = Translator(translator.engine, settings, translator.max_tokens)
+        mine.settings = settings
+        found = mine.search(lines)
+        texts = [mine.texts(hyps) for hyps in found]  # what `mtkit translate` prints
+        return [Translation(tuple(t), tuple(h.score for h in hyps), len(hyps[0].tokens))
+                for t, hyps in zip(texts, found)]
+
+    return decode
+
+
+@dataclass
+class Service:
+    translator: Translator  # its tokenizer measures requests; the workers decode
+    settings: DecodeConfig  # the server's; a request may change beam, lenpen, nbest
+    batcher: Batcher
+    metrics: ServeMetrics
+    limits: Limits
+    api_key: str | None
+    models: dict[str, Any]  # the /v1/models answer
+
+    def source_lengths(self, lines: list[str]) -> tuple[list[int], int]:
+        """(padded source tokens per line as the engine will see it, lines truncated):
+        the batcher sizes its steps by these."""
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+        lengths = [0] * len(lines)
+        limit = self.translator.max_source
+        truncated = 0
+        encoded = self.translator.tokenizer.encode_src([lines[i] for i in todo]) if todo else []
+        for index, ids in zip(todo, encoded):
+            truncated += len(ids) > limit
+            lengths[index] = min(len(ids), limit) + 1  # + EOS
+        return lengths, truncated
+
+
+def models_answer(translator: Translator, names: list[str], limits: Limits,
+                  api_key: str | None, window_ms: float) -> dict[str, Any]:
+    engine = translator.engine
+    recipe = engine.recipe
+    summary = recipe.to_dict()
+    summary.pop("data")  # the training machine's file paths
+    return {
+        "models": [{
+            "id": "+".join(names),
+            "files": names,
+            "engine": engine.name,
+            "source": recipe.data.langs.src,
+            "target": recipe.data.langs.tgt,
+            "architecture": {key: getattr(recipe.model, key) for key in ARCHITECTURE},
+            "vocabulary": {"src": translator.tokenizer.src_vocab_size,
+                           "tgt": translator.tokenizer.tgt_vocab_size,
+                           "joint": translator.tokenizer.joint},
+            "max_source_tokens": engine.max_source,
+            "decode": dataclasses.asdict(translator.settings),
+            "recipe": summary,
+        }],
+        "limits": dataclasses.asdict(limits),
+        "batching": {"window_ms": window_ms, "max_tokens": translator.max_tokens},
+        "api_key_required": api_key is not None,
+    }
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def build_app(service: Service) -> FastAPI:
+    app = FastAPI(title="mtkit serve", summary="Machine translation with mtkit's engines.",
+                  version=service.models["models"][0]["id"])
+    app.add_middleware(RequestCounter, metrics=service.metrics)
+    page = resources.files("mtkit").joinpath("serve", "page.html").read_text(encoding="utf-8")
+    langs = service.translator.engine.recipe.data.langs
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, exc: RequestError) -> JSONResponse:
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        return JSONResponse({"error": exc.message}, exc.status, headers=headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return JSONResponse({"error": f"{where}: {first.get('msg')}"}, 422)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    @app.get("/health", summary="200 while the model is loaded and requests are taken")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "queue_lines": service.batcher.queued_lines}
+
+    @app.get("/v1/models", summary="The model: languages, architecture, decode settings")
+    async def models() -> dict[str, Any]:
+        return service.models
+
+    @app.get("/languages", summary="LibreTranslate's list of languages")
+    async def languages() -> list[dict[str, Any]]:
+        return [{"code": langs.src, "name": langs.src, "targets": [langs.tgt]}]
+
+    @app.get("/metrics", response_class=PlainTextResponse,
+             summary="Prometheus text format: requests, lines, tokens, latency, batches")
+    async def metrics() -> Response:
+        text = service.metrics.text(service.batcher.queued_lines)
+        return Response(text, media_type=CONTENT_TYPE)
+
+    @app.post("/translate", summary="LibreTranslate-compatible translation",
+              openapi_extra=_body_schema(LIBRE_SCHEMA))
+    async def translate_libre(request: Request) -> Response:
+        payload = await _payload(request, service)
+        parsed = libre_request(payload, langs, service.limits)
+        settings = libre_settings(service.settings, parsed, service.limits)
+        results, _ = await _translate(request, service, settings, list(parsed.lines))
+        if results is None:
+            return Response(status_code=CLIENT_GONE)
+        return JSONResponse(libre_answer(parsed, results))
+
+    @app.post("/v1/translate", summary="Lines in, hypotheses and scores out",
+              openapi_extra=_body_schema(NATIVE_SCHEMA))
+    async def translate_native(request: Request) -> Response:
+        payload = await _payload(request, service)
+        parsed = native_request(payload, service.limits)
+        settings = native_settings(service.settings, parsed, service.limits)
+        results, truncated = await _translate(request, service, settings, list(parsed.lines))
+        if results is None:
+            return Response(status_code=CLIENT_GONE)
+        return JSONResponse(native_answer(settings, results, parsed.scores, truncated))
+
+    return app
+
+
+async def _payload(request: Request, service: Service) -> Any:
+    """The body, read within the size limit, as JSON, with the API key checked."""
+    limit = service.limits.max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"the body has {declared} bytes: at most {limit} are taken")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(413, f"the body has more than {limit} bytes: at most {limit} "
+                                    "are taken")
+    payload = parse_json(bytes(body))
+    check_api_key(service.api_key, payload, request.headers.get("authorization"))
+    return payload
+
+
+async def _translate(request: Request, service: Service, settings: DecodeConfig,
+                     lines: list[str]) -> tuple[list[Translation] | None, int]:
+    """(the lines' results, or None when the client left first; lines truncated)."""
+    lengths, truncated = service.source_lengths(lines)
+    try:
+        future = service.batcher.submit(settings, lines, lengths, request.client)
+    except QueueFull as exc:
+        raise RequestError(503, f"the server is busy ({exc}); retry later", retry_after=1) \
+            from None
+    except BatcherClosed:
+        raise RequestError(503, "the server is shutting down", retry_after=1) from None
+    results = await _unless_client_leaves(request, future)
+    if results is not None:
+        service.metrics.count_translated(len(lines), truncated, sum(lengths),
+                                         sum(r.tokens for r in results))
+    return results, truncated
+
+
+async def _unless_client_leaves(request: Request, future: Future) -> list[Translation] | None:
+    result = asyncio.wrap_future(future)
+    gone = asyncio.ensure_future(_client_gone(request))
+    done, _ = await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if result in done:
+        gone.cancel()
+        return result.result()
+    result.cancel()  # cancels the queued job; a job being decoded finishes unheard
+    return None
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns when the client closes the connection (the body was read already, so the
+    next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class RequestCounter:
+    """ASGI middleware: every answered request counted by endpoint and status, and the
+    latency of translation requests."""
+
+    def __init__(self, app: Any, metrics: ServeMetrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def send_and_note(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            path = scope["path"]
+            endpoint = path if path in ENDPOINTS or path.startswith("/docs") else "other"
+            seconds = time.perf_counter() - start if path in TRANSLATION_ENDPOINTS else None
+            self.metrics.count_request(endpoint, status, seconds)
+
+
+# --------------------------------------------------------------------------- OpenAPI
+# The routes read their bodies themselves (to bound them and word every error), so the
+# request schemas for /docs are written out here.
+
+LIBRE_SCHEMA = {
+    "type": "object", "required": ["q", "source", "target"],
+    "properties": {
+        "q": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+              "description": "Text (lines separated by \\n), or a list of texts."},
+        "source": {"type": "string", "description": "The model's source language, or auto."},
+        "target": {"type": "string", "description": "The model's target language."},
+        "format": {"type": "string", "enum": ["text"], "default": "text"},
+        "alternatives": {"type": "integer", "minimum": 0, "default": 0,
+                         "description": "Further translations per text (from the n-best)."},
+        "api_key": {"type": "string"},
+    },
+    "example": {"q": "En el principio creó Dios los cielos y la tierra.", "source": "es",
+                "target": "en", "format": "text"},
+}
+NATIVE_SCHEMA = {
+    "type": "object", "required": ["text"],
+    "properties": {
+        "text": {"type": "array", "items": {"type": "string"}, "description": "One line each."},
+        "beam": {"type": "integer", "minimum": 1},
+        "lenpen": {"type": "number", "minimum": 0},
+        "nbest": {"type": "integer", "minimum": 1, "description": "At most beam."},
+        "scores": {"type": "boolean", "default": False},
+        "api_key": {"type": "string"},
+    },
+    "example": {"text": ["Hola.", "¿Qué tal?"], "nbest": 2, "beam": 4, "scores": True},
+}
+
+
+def _body_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"requestBody": {"required": True,
+                            "content": {"application/json": {"schema": schema}}}}

@@ -1,0 +1,1 @@
+"""Training: the update loop, run state, schedules, EMA, fine-tuning, TensorBoard."""
