@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import hashlib
 import json
 import os
@@ -14,9 +15,26 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# the corpus beside the checkout, or where MTKIT_BIBLE_DATA says (e.g. on a GPU machine)
-BIBLE = Path(os.environ.get("MTKIT_BIBLE_DATA",
-                           HERE.parent.parent / "shared" / "data" / "bible-es-en"))
+
+
+def shipped_bible() -> Path:
+    """The Bible corpus shipped in recipes/data/, unpacked once into bench/work/ as the
+    plain SPLIT.LANG files the scripts read (the text of ../shared/data/bible-es-en)."""
+    out = HERE / "work" / "bible-es-en"
+    if not (out / "test.en").exists():  # written last: the others are there too
+        out.mkdir(parents=True, exist_ok=True)
+        for split in ("train", "dev", "test"):
+            for lang in ("es", "en"):
+                packed = HERE.parent / "recipes" / "data" / f"bible.{split}.{lang}.gz"
+                partial = out / f"{split}.{lang}.partial"
+                partial.write_bytes(gzip.decompress(packed.read_bytes()))
+                partial.replace(out / f"{split}.{lang}")
+    return out
+
+
+# the shipped corpus, or where MTKIT_BIBLE_DATA says (a directory of SPLIT.LANG files)
+BIBLE = (Path(os.environ["MTKIT_BIBLE_DATA"]) if "MTKIT_BIBLE_DATA" in os.environ
+         else shipped_bible())
 WORK = HERE / "work"  # cached tokenizer / binarised data / models (git-ignored)
 if "MTKIT_BIBLE_DATA" in os.environ:  # another corpus: caches of its own
     WORK = WORK / (BIBLE.name + "-" + hashlib.blake2b(str(BIBLE.resolve()).encode(),

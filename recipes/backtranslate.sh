@@ -10,24 +10,45 @@
 # minutes each on a 2-core CPU): en->es, es->en on the real pairs alone (the baseline),
 # and es->en on real + tagged synthetic pairs; then prints the test scores of both.
 #
-#   bash recipes/backtranslate.sh            # from the checkout, with the Bible data beside it
+#   bash recipes/backtranslate.sh            # from the checkout: the Bible data in recipes/data/
 #   DATA=corpus WORK=runs/bt-x REAL=100000 bash recipes/backtranslate.sh
 #
 # Extra arguments go to every `mtkit train`, e.g. --set train.max_time=10m.
 set -euo pipefail
 
-DATA=${DATA:-../shared/data/bible-es-en}   # train.es/en, dev.es/en, test.es/en
+# DATA holds SPLIT.LANG for train, dev and test (plain or .gz), or bible.SPLIT.LANG.gz as
+# the shipped corpus does
+DATA=${DATA:-recipes/data}
 BASE=${BASE:-recipes/cpu-30m.yaml}     # model, training and decoding settings
 WORK=${WORK:-runs/backtranslation}         # everything the script writes
 REAL=${REAL:-14000}                        # training pairs used as the parallel data
 BT_WEIGHT=${BT_WEIGHT:-1}                  # how often a synthetic pair is sampled an epoch
 mtkit=${MTKIT:-mtkit}
 
+if [ ! -d "$DATA" ]; then
+    echo "backtranslate.sh: DATA=$DATA is not a directory; set DATA to the corpus's" >&2
+    echo "  directory (train, dev and test .es/.en files), e.g. DATA=recipes/data" >&2
+    exit 2
+fi
 mkdir -p "$WORK"
 DATA=$(cd "$DATA" && pwd) WORK=$(cd "$WORK" && pwd)
-head -n "$REAL" "$DATA/train.es" > "$WORK/real.es"
-head -n "$REAL" "$DATA/train.en" > "$WORK/real.en"
-tail -n +"$((REAL + 1))" "$DATA/train.en" > "$WORK/mono.en"
+
+# corpus_file SPLIT LANG: the file of DATA that holds that split and side
+corpus_file() {
+    local f
+    for f in "$DATA/$1.$2" "$DATA/$1.$2.gz" "$DATA/bible.$1.$2.gz"; do
+        if [ -f "$f" ]; then echo "$f"; return; fi
+    done
+    echo "backtranslate.sh: $DATA has no $1.$2 (nor $1.$2.gz, bible.$1.$2.gz)" >&2
+    exit 2
+}
+# the training text unpacked whole (head on a pipe would end zcat early, which pipefail
+# counts as a failure)
+zcat -f "$(corpus_file train es)" > "$WORK/train.es"
+zcat -f "$(corpus_file train en)" > "$WORK/train.en"
+head -n "$REAL" "$WORK/train.es" > "$WORK/real.es"
+head -n "$REAL" "$WORK/train.en" > "$WORK/real.en"
+tail -n +"$((REAL + 1))" "$WORK/train.en" > "$WORK/mono.en"
 
 # train RUN SRC TGT CORPORA [ARGS...]: BASE's settings on the corpora given as a YAML list
 train() {
@@ -36,8 +57,10 @@ train() {
     "$mtkit" train "$BASE" --run-dir "$WORK/$run" \
         --set data.langs.src="$src" --set data.langs.tgt="$tgt" \
         --set "data.train=$corpora" \
-        --set data.valid.src="$DATA/dev.$src" --set data.valid.tgt="$DATA/dev.$tgt" \
-        --set data.test.src="$DATA/test.$src" --set data.test.tgt="$DATA/test.$tgt" "$@"
+        --set data.valid.src="$(corpus_file dev "$src")" \
+        --set data.valid.tgt="$(corpus_file dev "$tgt")" \
+        --set data.test.src="$(corpus_file test "$src")" \
+        --set data.test.tgt="$(corpus_file test "$tgt")" "$@"
 }
 
 # 1. the reverse model, en->es, on the real pairs

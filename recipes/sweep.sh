@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A sweep of screening runs: BASE's recipe under a short time budget, once per row, each
 # row a name and the `--set` overrides that make it, then one table of what every row
-# reached. recipes/README.md's sweep was run with it.
+# reached. The sweep in docs/benchmarks.md was run with it.
 #
 #   bash recipes/sweep.sh base "" vocab-4k "--set tokenizer.vocab_size=4000"
 #   BUDGET=30m WORK=runs/full bash recipes/sweep.sh seed-2 "--set train.seed=2"
