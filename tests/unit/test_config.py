@@ -128,6 +128,31 @@ def test_missing_recipe_and_required_key(tmp_path):
         load_recipe(write_recipe(tmp_path, "model: {d_model: 64, heads: 4}\n"))
 
 
+def test_exponent_numbers_are_read_for_float_keys(tmp_path):
+    """YAML 1.1 reads 1e-3 (no dot) as text; a float key takes it as the number it spells."""
+    text = BASE.replace("train: {max_time: 90m}",
+                        "train: {max_time: 90m, lr: 1e-3, adam_eps: 1E-9, adam_betas: [9e-1, .98]}")
+    recipe = load_recipe(write_recipe(tmp_path, text))
+    assert (recipe.train.lr, recipe.train.adam_eps) == (1e-3, 1e-9)
+    assert recipe.train.adam_betas == (0.9, 0.98)
+    assert isinstance(recipe.train.lr, float)
+    recipe = load_recipe(write_recipe(tmp_path, BASE),
+                         ["train.lr=2e-4", "train.ema=+9.99e-1", "decode.tune_lenpen=[5e-1, 1]"])
+    assert (recipe.train.lr, recipe.train.ema) == (2e-4, 0.999)
+    assert recipe.decode.tune_lenpen == (0.5, 1.0)
+    path, error = load_error(tmp_path, "train: {lr: 2e1}")
+    assert error == f"{path}: train.lr: 20.0 is out of range; expected between 0.0 and 10.0"
+    for bad in ("1e", "e-3", "1e-3x", "nan", "inf"):
+        path, error = load_error(tmp_path, f"train: {{lr: '{bad}'}}")
+        assert error == f"{path}: train.lr: expected a number, got '{bad}'"
+    # values that come typed (flags, JSON requests) are not read from text
+    with pytest.raises(ConfigError, match="decode.lenpen: expected a number, got '1e-1'"):
+        replace_checked(DecodeConfig(), {"lenpen": "1e-1"})
+    # text keys keep the text as written
+    text = BASE.replace("langs: {src: es, tgt: en}", "langs: {src: 1e3, tgt: en}")
+    assert load_recipe(write_recipe(tmp_path, text)).data.langs.src == "1e3"
+
+
 @pytest.mark.parametrize(
     "override, message",
     [
@@ -407,3 +432,12 @@ def test_the_cpu_recipe_takes_another_pair_by_its_data_paths_alone(tmp_path, mon
     assert (other.data.valid.tgt, other.data.test[0].tgt) == (tmp_path / "valid.en",
                                                               tmp_path / "test.en")
     assert dataclasses.replace(other, data=shipped.data) == shipped
+
+
+def test_upgrade_renames_old_keys_and_leaves_the_rest():
+    from mtkit.config.upgrade import upgrade_recipe
+
+    raw = {"data": {"train": {"src": "a", "tgt": "b"}}, "train": {"average_last": 1, "lr": 1}}
+    assert upgrade_recipe(raw, "r") == {"data": raw["data"], "train": {"lr": 1, "average": "none"}}
+    assert raw["train"] == {"average_last": 1, "lr": 1}  # the caller's dict is left as it was
+    assert upgrade_recipe({"train": "x"}, "r") == {"train": "x"}  # the walker reports that

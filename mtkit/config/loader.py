@@ -1,0 +1,185 @@
+"""Recipes read from YAML (with `--set` overrides) or a checkpoint's dict, validated once.
+
+Code below the config package receives plain typed values. `replace_checked` applies
+command-line options to a section with the same checks as the YAML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mtkit.config.sections import Corpus, Pair, Recipe, is_value_type
+from mtkit.config.upgrade import upgrade_recipe
+from mtkit.config.walker import (
+    Context,
+    build,
+    field_types,
+    read_field,
+    run_check,
+    strip_optional,
+    unknown_key,
+)
+from mtkit.errors import ConfigError
+
+
+def load_recipe(
+    path: str | Path, overrides: list[str] = (), check_files: bool = True
+) -> Recipe:
+    """Read a YAML recipe, apply `key=value` overrides, validate, return a Recipe."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: recipe not found; check the path")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}{where}: YAML syntax error: {problem}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: recipe is not UTF-8 text") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a recipe is a mapping of sections (data, model, ...)")
+    apply_overrides(raw, overrides, where=str(path))
+    recipe = recipe_from_dict(raw, base_dir=path.parent, where=str(path), name=path.stem)
+    if check_files:
+        check_data_files(recipe, where=str(path))
+    return recipe
+
+
+def recipe_from_dict(
+    raw: dict[str, Any], base_dir: Path = Path("."), where: str = "recipe", name: str = "recipe"
+) -> Recipe:
+    """A Recipe from raw values (a parsed YAML file, or the dict a checkpoint stores)."""
+    raw = upgrade_recipe(raw, where)
+    if "name" in raw:
+        raise ConfigError(f"{where}: {unknown_key('name', field_types(Recipe), '')}")
+    raw["name"] = name
+    return build(Recipe, raw, key="", ctx=Context(where, base_dir))
+
+
+def changed_fields(old: Any, new: Any) -> list[str]:
+    """The fields in which two values of one recipe section differ, in field order."""
+    return [f.name for f in dataclasses.fields(new) if getattr(old, f.name) != getattr(new, f.name)]
+
+
+def replace_checked(
+    section: Any,
+    changes: dict[str, Any],
+    names: dict[str, str] | None = None,
+    where: str = "command line",
+) -> Any:
+    """`dataclasses.replace(section, **changes)`, checked as if the changes came from YAML.
+
+    None in `changes` means "not given". `names` maps fields to the command-line flags
+    that set them, so that errors name the flag: "--beam 0: 0 is out of range; ...".
+    """
+    names = names or {}
+    prefix = _section_key(type(section))
+    fields = {f.name: f for f in dataclasses.fields(section)}
+    hints = field_types(type(section))
+    values = {}
+    for name, value in changes.items():
+        if value is None:
+            continue
+        if name not in fields:
+            raise TypeError(f"{type(section).__name__} has no field {name!r}")  # a bug
+        flag = names.get(name)
+        ctx = Context(where, Path.cwd(), label=f"{flag} {value}" if flag else None,
+                      numbers_in_text=False)
+        values[name] = read_field(fields[name], hints[name], value, f"{prefix}.{name}", ctx)
+    new = dataclasses.replace(section, **values)
+    try:
+        run_check(new)
+    except ValueError as exc:
+        # "decode.beam" in the message becomes "--beam" where a flag is named
+        flagged = re.sub(rf"\b{prefix}\.(\w+)", lambda m: names.get(m[1], m[0]), str(exc))
+        raise ConfigError(flagged if flagged != str(exc) else f"{where}: {exc}") from None
+    return new
+
+
+def _section_key(cls: type) -> str:
+    for name, tp in field_types(Recipe).items():
+        if tp is cls:
+            return name
+    raise TypeError(f"{cls.__name__} is not a recipe section")  # a bug, not user error
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> None:
+    """Apply `--set a.b=value` overrides in place; values are parsed as YAML scalars."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item}: expected key=value, e.g. --set train.lr=0.001")
+        key, _, text = item.partition("=")
+        parts = key.strip().split(".")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {item}: cannot parse the value {text!r}") from None
+        leaf_type = _check_override_key(parts, item)
+        if strip_optional(leaf_type) is Path and isinstance(value, str) and value:
+            # a path typed on the command line is relative to where the user stands
+            value = str(Path(value).expanduser().absolute())
+        _section_of(raw, parts, item)[parts[-1]] = value
+
+
+def _section_of(raw: dict[str, Any], parts: list[str], item: str) -> dict[str, Any]:
+    """The mapping that holds the dotted key `parts`, made where it is missing."""
+    node = raw
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if isinstance(child, list) and len(child) == 1 and isinstance(child[0], dict):
+            child = child[0]  # a list of one: its only item
+        elif isinstance(child, list):
+            dotted = ".".join(parts[: depth + 1])
+            raise ConfigError(f"--set {item}: {dotted} is a list of {len(child)}; "
+                              "edit its items in the recipe")
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    return node
+
+
+def _check_override_key(parts: list[str], item: str) -> Any:
+    """Check that the dotted key exists; return the type of the field it names."""
+    cls: Any = Recipe
+    for depth, part in enumerate(parts):
+        hints = field_types(cls)
+        if part not in hints or part == "name":
+            dotted = ".".join(parts[:depth])
+            raise ConfigError(f"--set {item}: {unknown_key(part, hints, dotted)}")
+        cls = strip_optional(hints[part])
+        if typing.get_origin(cls) is tuple and dataclasses.is_dataclass(typing.get_args(cls)[0]):
+            cls = typing.get_args(cls)[0]  # a list of one written as its mapping (data.train)
+        is_section = dataclasses.is_dataclass(cls) and not is_value_type(cls)
+        if not is_section and depth < len(parts) - 1:
+            raise ConfigError(f"--set {item}: {'.'.join(parts[: depth + 1])} has no sub-keys")
+    return cls
+
+
+def check_data_files(recipe: Recipe, where: str) -> None:
+    """Every data file the recipe names exists (and tokenizer.model, when given)."""
+    pairs: list[tuple[str, Pair | Corpus | None]]
+    pairs = [(f"data.train[{i}]" if len(recipe.data.train) > 1 else "data.train", c)
+             for i, c in enumerate(recipe.data.train)]
+    pairs += [("data.valid", recipe.data.valid)]
+    pairs += [(f"data.test[{i}]", p) for i, p in enumerate(recipe.data.test)]
+    given = recipe.tokenizer.model
+    if given is not None and not given.exists():
+        raise ConfigError(f"{where}: tokenizer.model: not found: {given}")
+    for key, pair in pairs:
+        if pair is None:
+            continue
+        for side in ("src", "tgt"):
+            file = getattr(pair, side)
+            if not file.is_file():
+                raise ConfigError(f"{where}: {key}.{side}: data file not found: {file}")
