@@ -22,7 +22,8 @@ from mtkit.config import Corpus, Recipe
 from mtkit.data.batching import pair_widths
 from mtkit.data.dataset import ParallelData
 from mtkit.data.manifest import load_manifest
-from mtkit.data.tokenizer import Sampling, Tokenizer
+from mtkit.data.sampling import Sampling
+from mtkit.data.tokenizer import Tokenizer
 from mtkit.errors import DataError
 from mtkit.files.textio import file_fingerprint, read_lines
 

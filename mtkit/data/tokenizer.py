@@ -10,17 +10,16 @@ from __future__ import annotations
 import copy
 import hashlib
 import io
-import itertools
 import random
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
 
 from mtkit.config import Recipe
+from mtkit.data.sampling import Sampling, piece_scores, sample_segmentations
 from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.files.atomic import atomic_write_bytes
 from mtkit.files.textio import read_lines
@@ -40,10 +39,9 @@ SPECIALS = {
 TRAIN_THREADS = 8
 
 # Below this many lines, encode and decode one line at a time: sentencepiece's list calls
-# start a thread pool each time, about 50-160 us, which is most of the cost of one line
-# (a server's request, an interactive translate): one line 61 us as a list against 3 us
-# alone; 55 lines 229 us against 200 us; 200 lines 513 us against 792 us (2 cores). The
-# ids and texts are the same either way.
+# start a thread pool each time, which costs more than the work on a few lines (a server's
+# request, an interactive translate); a long list repays it. The ids and texts are the
+# same either way (docs/benchmarks.md has the measurements).
 FEW_LINES = 64
 
 
@@ -66,41 +64,13 @@ def train_sentencepiece(
     memory does not grow with the corpus; the same inputs and settings give the same bytes.
     Each of `tags` becomes the control symbol <tag>, with the ids after the specials.
     """
-    inputs = [Path(p) for p in inputs]
-    if not inputs:
-        raise DataError("no input files to train the tokenizer on")
+    inputs = _existing_inputs(inputs)
     where = ", ".join(str(p) for p in inputs)
-    for path in inputs:
-        if not path.is_file():
-            raise DataError(f"{path}: not found")
-
     lines = _CorpusStream(inputs)
-    # We sample ourselves: spm's own sampler ignores set_random_generator_seed, so its
-    # models would differ from run to run whenever the corpus exceeds the sample size.
-    sentences: Iterable[str] = lines  # 0: stream every line
-    if input_sentence_size > 0:
-        sentences = _reservoir_sample(lines, input_sentence_size, seed)
-        if lines.error is not None:
-            raise lines.error
-    model = io.BytesIO()
+    sentences = _training_sentences(lines, input_sentence_size, seed)
     spm.set_random_generator_seed(seed)  # for whatever randomness the trainer itself uses
     try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
-            model_writer=model,  # bytes come back to us: no files written by spm itself
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=character_coverage,
-            input_sentence_size=0,  # already sampled
-            # a CJK line has no spaces and 3 bytes per character; spm skips longer lines
-            max_sentence_length=16384,
-            num_threads=TRAIN_THREADS,
-            minloglevel=2,  # errors only; the trainer's progress log is noise for our users
-            # control symbols, not user-defined ones: a literal "<BT>" in the text stays
-            # text, so only mtkit (binarize, translate --tag) ever writes a tag
-            control_symbols=[tag_piece(t) for t in tags],
-            **_special_options(),
-        )
+        model = _run_trainer(sentences, vocab_size, model_type, character_coverage, tags)
     except RuntimeError as exc:
         if lines.error is not None:
             raise lines.error from None
@@ -112,8 +82,55 @@ def train_sentencepiece(
 
     path = Path(f"{model_prefix}.model")
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, model.getvalue())  # readers never see half a model
+    atomic_write_bytes(path, model)  # readers never see half a model
     return path
+
+
+def _existing_inputs(inputs: list[Path]) -> list[Path]:
+    inputs = [Path(p) for p in inputs]
+    if not inputs:
+        raise DataError("no input files to train the tokenizer on")
+    for path in inputs:
+        if not path.is_file():
+            raise DataError(f"{path}: not found")
+    return inputs
+
+
+def _training_sentences(lines: _CorpusStream, size: int, seed: int) -> Iterable[str]:
+    """The lines the trainer sees: a sample of `size` fixed by `seed`, or all (size 0).
+
+    We sample ourselves: spm's own sampler ignores set_random_generator_seed, so its
+    models would differ from run to run whenever the corpus exceeds the sample size.
+    """
+    if size <= 0:
+        return lines  # streamed
+    sample = _reservoir_sample(lines, size, seed)
+    if lines.error is not None:
+        raise lines.error
+    return sample
+
+
+def _run_trainer(sentences: Iterable[str], vocab_size: int, model_type: str,
+                 character_coverage: float, tags: tuple[str, ...]) -> bytes:
+    """The trained model's bytes; spm writes no file itself."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        input_sentence_size=0,  # already sampled
+        # a CJK line has no spaces and 3 bytes per character; spm skips longer lines
+        max_sentence_length=16384,
+        num_threads=TRAIN_THREADS,
+        minloglevel=2,  # errors only; the trainer's progress log is noise for our users
+        # control symbols, not user-defined ones: a literal "<BT>" in the text stays
+        # text, so only mtkit (binarize, translate --tag) ever writes a tag
+        control_symbols=[tag_piece(t) for t in tags],
+        **_special_options(),
+    )
+    return model.getvalue()
 
 
 class _CorpusStream:
@@ -282,8 +299,8 @@ class Tokenizer:
                 return [proc.encode(line, out_type=int) for line in lines]
             return proc.encode(list(lines), out_type=int, num_threads=self._spm_threads())
         if proc not in self._piece_scores:  # read once, not for every chunk of an epoch
-            self._piece_scores[proc] = _piece_scores(proc)
-        return _sample_segmentations(proc, list(lines), sampling, self._piece_scores[proc])
+            self._piece_scores[proc] = piece_scores(proc)
+        return sample_segmentations(proc, list(lines), sampling, self._piece_scores[proc])
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Ids to text; special ids (< 4: pad, unk, bos, eos) are left out."""
@@ -308,47 +325,6 @@ class Tokenizer:
 
     def _spm_threads(self) -> int:
         return self.threads if self.threads > 0 else -1  # spm: -1 = all cores
-
-
-# --------------------------------------------------------------------------- subword sampling
-
-
-@dataclass
-class Sampling:
-    """Subword sampling (Kudo 2018, its l-best form): each line's segmentation is drawn
-    from its SAMPLE_NBEST best with probability proportional to P(segmentation)^alpha.
-    Our own generator draws, not spm's, whose samples differ from process to process
-    whatever its seed, so that a resumed run sees the same segmentations."""
-
-    alpha: float
-    rng: np.random.Generator
-
-
-SAMPLE_NBEST = 16
-
-
-def _sample_segmentations(proc: spm.SentencePieceProcessor, lines: list[str],
-                          sampling: Sampling, piece_scores: np.ndarray) -> list[list[int]]:
-    nbests = proc.nbest_encode(lines, nbest_size=SAMPLE_NBEST, out_type=int)
-    segments = [seg for nbest in nbests for seg in nbest]
-    lens = np.fromiter(map(len, segments), dtype=np.int64, count=len(segments))
-    flat = np.fromiter(itertools.chain.from_iterable(segments), dtype=np.int64,
-                       count=int(lens.sum()))
-    # a unigram model's log P(segmentation) is the sum of its pieces' scores
-    cumulative = np.concatenate([[0.0], np.cumsum(piece_scores[flat])])
-    ends = np.cumsum(lens)
-    log_p = cumulative[ends] - cumulative[ends - lens]  # (segments,)
-    # Gumbel-max: the argmax of alpha * log P + Gumbel noise is a draw from the softmax
-    keys = sampling.alpha * log_p + sampling.rng.gumbel(size=len(segments))
-    picked, start = [], 0
-    for nbest in nbests:
-        picked.append(nbest[int(np.argmax(keys[start : start + len(nbest)]))])
-        start += len(nbest)
-    return picked
-
-
-def _piece_scores(proc: spm.SentencePieceProcessor) -> np.ndarray:
-    return np.array([proc.get_score(i) for i in range(proc.vocab_size())])
 
 
 def _read_model(path: Path) -> bytes:
