@@ -291,54 +291,70 @@ def binarize(
     for tag in tags.values():
         tokenizer.tagged(tag)  # a tag the tokenizer lacks fails here, before any work
     _prepare_out_dir(out_dir)
-    old = _old_manifest(out_dir)
-
     vocab = max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
-    dtype = np.dtype(np.uint16 if vocab <= 65535 else np.int32)
-    workers = workers or _cpu_count()
-    partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    out = _Output(
+        out_dir=out_dir,
+        partial=out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}"),
+        old=_old_manifest(out_dir),
+        dtype=np.dtype(np.uint16 if vocab <= 65535 else np.int32),
+        tokenizer=tokenizer.fingerprint(),
+        filters=(max_len, max_ratio),
+    )
+    shutil.rmtree(out.partial, ignore_errors=True)
+    out.partial.mkdir(parents=True)
     encoder = None
     try:
-        encoder = _Encoder(tokenizer, workers)
+        encoder = _Encoder(tokenizer, workers or _cpu_count())
         stats: dict[str, SplitInfo] = {}
         for name, (src, tgt) in splits.items():
-            limits = (max_len, max_ratio) if name in filter_splits else None
-            tag = tags.get(name)
-            files = (_source(src), _source(tgt))  # each file read once to fingerprint it
-            same = _reusable(old, out_dir, dtype, tokenizer.fingerprint(), (max_len, max_ratio),
-                             files, tag, limits is not None)
-            if same is not None:
-                _link_split(out_dir, same[0], partial, name)
-                split = dataclasses.replace(same[1], src=files[0], tgt=files[1])
-                reused = "unchanged, kept: "
-            else:
-                split = _binarize_split(name, src, tgt, encoder, partial, dtype, limits,
-                                        lines[name], tag, files)
-                reused = ""
-            summary = split.describe(max_len, max_ratio)
-            print(f"binarize {name} ({src.name}): {reused}{summary}", file=sys.stderr)
-            if split.pairs == 0:
-                raise DataError(
-                    f"{name}: no sentence pair left after filtering ({summary}); "
-                    "check the data or raise data.max_len / data.max_ratio"
-                )
-            stats[name] = split
-        manifest = Manifest(
-            dtype=dtype.name,
-            tokenizer=tokenizer.fingerprint(),
-            max_len=max_len,
-            max_ratio=max_ratio,
-            splits=stats,
-        )
-        manifest.write(partial)  # last, and it fsyncs `partial`: every entry is durable
-        replace_dir(partial, out_dir)
+            stats[name] = _make_split(out, encoder, name, (src, tgt), lines[name],
+                                      tags.get(name), name in filter_splits)
+        manifest = Manifest(dtype=out.dtype.name, tokenizer=out.tokenizer, max_len=max_len,
+                            max_ratio=max_ratio, splits=stats)
+        manifest.write(out.partial)  # last, and it fsyncs `partial`: every entry is durable
+        replace_dir(out.partial, out_dir)
     finally:
         if encoder is not None:
             encoder.close()
-        shutil.rmtree(partial, ignore_errors=True)  # a no-op after a successful swap
+        shutil.rmtree(out.partial, ignore_errors=True)  # a no-op after a successful swap
     return manifest
+
+
+@dataclasses.dataclass(frozen=True)
+class _Output:
+    """Where one binarize call writes, and what the directory it replaces already holds."""
+
+    out_dir: Path
+    partial: Path  # built beside out_dir, then swapped in for it whole
+    old: Manifest | None  # out_dir's manifest before this call
+    dtype: np.dtype  # of the stored token ids: uint16 while every id fits
+    tokenizer: str  # the tokenizer's fingerprint
+    filters: tuple[int, float]  # (max_len, max_ratio) of the filtered splits
+
+
+def _make_split(out: _Output, encoder: _Encoder, name: str, paths: tuple[Path, Path],
+                lines: int, tag: str | None, filtered: bool) -> SplitInfo:
+    """One split into out.partial: linked from the old directory when made the same way
+    from the same files, else encoded. Fails when filtering left no pair."""
+    files = (_source(paths[0]), _source(paths[1]))  # each file read once to fingerprint it
+    same = _reusable(out.old, out.out_dir, out.dtype, out.tokenizer, out.filters, files, tag,
+                     filtered)
+    if same is not None:
+        _link_split(out.out_dir, same[0], out.partial, name)
+        split = dataclasses.replace(same[1], src=files[0], tgt=files[1])
+        reused = "unchanged, kept: "
+    else:
+        split = _binarize_split(name, *paths, encoder, out.partial, out.dtype,
+                                out.filters if filtered else None, lines, tag, files)
+        reused = ""
+    summary = split.describe(*out.filters)
+    print(f"binarize {name} ({paths[0].name}): {reused}{summary}", file=sys.stderr)
+    if split.pairs == 0:
+        raise DataError(
+            f"{name}: no sentence pair left after filtering ({summary}); "
+            "check the data or raise data.max_len / data.max_ratio"
+        )
+    return split
 
 
 def _old_manifest(out_dir: Path) -> Manifest | None:
