@@ -235,8 +235,9 @@ def _tokenizer(run: PipelineRun) -> None:
 
 
 def _tokenizer_stamp(recipe: Recipe) -> dict[str, Any]:
-    """What the SentencePiece model is made from. The stamp of one untagged corpus reads as
-    in earlier versions, so their runs keep their tokenizer."""
+    """What the SentencePiece model is made from. Tags are recorded only when there are
+    any, so the stamp of untagged data is the same in every version and its runs keep
+    their tokenizer."""
     t = recipe.tokenizer
     stamp: dict[str, Any] = {"settings": {name: getattr(t, name) for name in t.model_fields}}
     corpora = recipe.data.train

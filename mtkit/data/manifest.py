@@ -56,7 +56,7 @@ class SplitInfo:
     dropped: dict[str, int]  # reason (DROP_REASONS) -> pairs dropped for it
     src: SourceFile
     tgt: SourceFile
-    tag: str | None = None  # the tag before each source line (absent from older files)
+    tag: str | None = None  # the tag before each source line; no key in the file if none
 
     def describe(self, max_len: int, max_ratio: float) -> str:
         """One line for the log: what was kept and, if filtered, what was dropped why."""
@@ -121,8 +121,9 @@ class Manifest:
         return names
 
     def training_fingerprints(self) -> dict[str, str]:
-        """What identifies the training data in checkpoints: tokenizer + train files (and
-        tags); one corpus gives the keys of earlier versions, so their runs resume."""
+        """What identifies the training data in checkpoints: tokenizer, train files and the
+        tags of tagged splits (an untagged split adds no key, so its runs' keys never
+        change and they resume)."""
         prints = {"tokenizer": self.tokenizer}
         for name in self.training_splits():
             split = self.splits[name]
