@@ -41,7 +41,7 @@ TRAIN_THREADS = 8
 # Below this many lines, encode and decode one line at a time: sentencepiece's list calls
 # start a thread pool each time, which costs more than the work on a few lines (a server's
 # request, an interactive translate); a long list repays it. The ids and texts are the
-# same either way (docs/benchmarks.md has the measurements).
+# same either way.
 FEW_LINES = 64
 
 
