@@ -39,6 +39,7 @@ from mtkit.errors import ConfigError, DataError
 from mtkit.files.atomic import old_dir, recover_dir, replace_dir
 from mtkit.files.textio import count_lines, file_fingerprint, read_lines
 from mtkit.progress import progress_bar
+from mtkit.runtime.devices import usable_cores
 
 CHUNK_LINES = 2000  # lines encoded per task: big enough to amortise IPC, small for memory
 SIDES = ("src", "tgt")
@@ -304,7 +305,7 @@ def binarize(
     out.partial.mkdir(parents=True)
     encoder = None
     try:
-        encoder = _Encoder(tokenizer, workers or _cpu_count())
+        encoder = _Encoder(tokenizer, workers or usable_cores())
         stats: dict[str, SplitInfo] = {}
         for name, (src, tgt) in splits.items():
             stats[name] = _make_split(out, encoder, name, (src, tgt), lines[name],
@@ -362,12 +363,6 @@ def _old_manifest(out_dir: Path) -> Manifest | None:
         return load_manifest(out_dir) if out_dir.is_dir() else None
     except DataError:  # unreadable or of a newer mtkit: nothing to reuse, all is rebuilt
         return None
-
-
-def _cpu_count() -> int:
-    if hasattr(os, "sched_getaffinity"):  # the CPUs this process may use, not the machine's
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _check_splits(splits: dict[str, tuple[Path, Path]]) -> dict[str, int]:

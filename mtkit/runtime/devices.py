@@ -1,16 +1,25 @@
-"""Where computation runs: device choice and CPU threads."""
+"""Where computation runs: device choice, the cores this process may use, and how many
+CPU threads each of several model threads or processes gets.
+
+torch is imported inside the functions that need it, so that core counting costs a
+process (a binarize worker, say) nothing.
+"""
 
 from __future__ import annotations
 
 import os
-
-import torch
+from typing import TYPE_CHECKING
 
 from mtkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
     """'auto' picks CUDA when present; asking for CUDA without it is a clear error."""
+    import torch
+
     if isinstance(name, torch.device):
         return name
     if name == "auto":
@@ -25,9 +34,19 @@ def resolve_device(name: str | torch.device) -> torch.device:
 def set_threads(threads: int) -> None:
     """Set torch's intra-op CPU threads; 0 keeps torch's default (all cores)."""
     if threads > 0:
+        import torch
+
         torch.set_num_threads(threads)
 
 
 def usable_cores() -> int:
     """The cores this process may run on (its affinity), not all the machine's."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def threads_each(sharers: int) -> int:
+    """CPU threads for each of `sharers` model threads or processes that share this
+    process's cores: an equal part, at least one."""
+    return max(1, usable_cores() // sharers)

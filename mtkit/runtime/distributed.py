@@ -1,10 +1,10 @@
 """Data-parallel jobs under torchrun: the process group, each rank's device and threads,
 and the few collectives that keep the ranks in lockstep.
 
-mtkit launches nothing itself: `torchrun --nproc_per_node N -m mtkit train RECIPE` starts
-the processes and sets RANK, WORLD_SIZE, LOCAL_RANK (and the rendezvous); `setup` joins
-them. Without torchrun every function here is the single-process no-op, so the trainer
-and the pipeline have one code path.
+`torchrun --nproc_per_node N -m mtkit train RECIPE` starts the processes and sets RANK,
+WORLD_SIZE, LOCAL_RANK (and the rendezvous); `setup` joins them. `mtkit train --nproc N`
+runs that same torchrun in-process (`run_torchrun`). Without torchrun every function here
+is the single-process no-op, so the trainer and the pipeline have one code path.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from mtkit.runtime.devices import resolve_device
+from mtkit.runtime.devices import resolve_device, set_threads, threads_each
 
 log = logging.getLogger("mtkit")
 
@@ -61,8 +62,7 @@ def setup(device: str, timeout_s: float, threads: int) -> torch.device:
     global _control
     _control = dist.new_group(backend="gloo", timeout=timedelta(days=1))
     if threads == 0 and chosen.type == "cpu":
-        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_ranks))
+        set_threads(threads_each(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     _label_logs()
     return chosen
 
@@ -138,3 +138,42 @@ def shutdown() -> None:
         # process (once in CI: "terminate called without an active exception", SIGABRT)
         gc.collect()
         dist.destroy_process_group()
+
+
+def run_torchrun(nproc: int, argv: list[str]) -> None:
+    """Run `argv` (mtkit's arguments, --nproc N among them) as `torchrun --standalone
+    --nproc_per_node N -m mtkit ARGV`. A failed job ends this process as its first failed
+    rank did (2 for bad input, 130/143 for a signal), the ranks' own messages standing for
+    the launcher's log; a successful one returns."""
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    logging.getLogger("torch.distributed").setLevel(logging.CRITICAL)
+    # the thread count `setup` gives each rank (and torchrun's warning without it)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads_each(nproc)))
+    try:
+        run(parse_args(["--standalone", f"--nproc_per_node={nproc}", "-m", "mtkit",
+                        *_without_nproc(argv)]))
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        if failure.exitcode > 0:
+            sys.exit(failure.exitcode)  # the rank said why
+        sys.stderr.write(f"mtkit: error: rank {rank} (pid {failure.pid}) was killed by "
+                         f"{failure.signal_name()}; the job stopped: run the same command "
+                         "to resume from checkpoint_last.pt\n")
+        sys.exit(128 - failure.exitcode)
+    except SignalException as exc:  # the job was asked to stop: the ranks saved and stopped
+        sys.exit(128 + int(exc.sigval))
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """`argv` less its `--nproc N` or `--nproc=N`: each rank is one process."""
+    args, skip = [], False
+    for arg in argv:
+        if skip or arg == "--nproc":
+            skip = not skip
+            continue
+        if not arg.startswith("--nproc="):
+            args.append(arg)
+    return args
