@@ -152,24 +152,7 @@ def build_app(service: Service) -> FastAPI:
     page = resources.files("mtkit").joinpath("serve", "page.html").read_text(encoding="utf-8")
     langs = service.translator.engine.recipe.data.langs
 
-    @app.exception_handler(RequestError)
-    async def request_error(request: Request, exc: RequestError) -> JSONResponse:
-        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-        return JSONResponse({"error": exc.message}, exc.status, headers=headers)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        where = ".".join(str(part) for part in first.get("loc", ()))
-        return JSONResponse({"error": f"{where}: {first.get('msg')}"}, 422)
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+    _answer_errors_in_json(app)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
@@ -216,6 +199,29 @@ def build_app(service: Service) -> FastAPI:
         return JSONResponse(native_answer(settings, results, parsed.scores, truncated))
 
     return app
+
+
+def _answer_errors_in_json(app: FastAPI) -> None:
+    """Every error answer as {"error": "one line"}, whatever raised it."""
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, exc: RequestError) -> JSONResponse:
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        return JSONResponse({"error": exc.message}, exc.status, headers=headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return JSONResponse({"error": f"{where}: {first.get('msg')}"}, 422)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
 
 
 async def _payload(request: Request, service: Service) -> Any:

@@ -3,15 +3,13 @@
 Why processes and not only threads (`--workers`): a decode step is a few hundred small
 torch operators, with Python between them that holds the GIL, so two model threads in
 one process wait on each other, and a second intra-op thread barely shares the small
-operators of a step's last, nearly empty positions. Processes share neither. On the
-2-core development machine, 1,000 mixed-length lines in 32-line batches decoded at 105
-and 108 lines/s in two one-thread processes, against 76-95 for 64-line batches in one
-two-thread process (README, "Under load").
+operators of a step's last, nearly empty positions. Processes share neither (the
+measured difference: docs/benchmarks.md).
 
 How: the parent binds N sockets to the port with SO_REUSEPORT, so that the kernel
 spreads connections among them, and starts N children (multiprocessing's spawn: a
 fresh interpreter, nothing inherited from torch's threads). Each child runs the whole
-one-process server (serve.py) on its socket: it loads the model, then listens, then
+one-process server (server.py) on its socket: it loads the model, then listens, then
 says so through a pipe; the parent logs the address once every child has. A bound
 socket refuses connections until it listens, so, as with one process, the port opens
 only once the model is loaded. SIGTERM or SIGINT to the parent is passed on as SIGTERM

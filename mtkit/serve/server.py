@@ -1,9 +1,9 @@
 """`mtkit serve`: the model behind HTTP (needs the extra: pip install 'mtkit[serve]').
 
 `serve(options)` checks the options, loads the model (as `mtkit translate` does), binds
-the port, and runs the app (serve_app.py) under uvicorn in a thread, while the main
-thread (and with `workers` > 1 that many model threads in all) decodes the batcher's
-steps (batcher.py). On SIGTERM or SIGINT the listening socket closes (new connections
+the port, and runs the app (app.py) under uvicorn in a thread, while the main thread
+(and with `workers` > 1 that many model threads in all) decodes the batcher's steps
+(batcher.py). On SIGTERM or SIGINT the listening socket closes (new connections
 are refused), requests in flight are answered, the batcher finishes its queue, and the
 process exits 0.
 """
@@ -19,11 +19,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mtkit.errors import ConfigError
-from mtkit.runtime.devices import usable_cores
+from mtkit.runtime.devices import threads_each
 from mtkit.serve.api import Limits
+
+if TYPE_CHECKING:
+    from mtkit.serve.app import Service
+    from mtkit.serve.batcher import Batcher
 
 log = logging.getLogger("mtkit")
 GRACE_SECONDS = 30  # how long requests in flight may take to finish after SIGTERM
@@ -110,7 +114,7 @@ def serve(options: ServeOptions) -> None:
 
 
 def serve_child(options: ServeOptions, sock: socket.socket, report: Any, log_level: int) -> None:
-    """One process of `--processes N` (serve_processes.py): the whole server on `sock`,
+    """One process of `--processes N` (processes.py): the whole server on `sock`,
     which it starts to listen on once the model is loaded."""
     from mtkit.errors import MtkitError
     from mtkit.runtime.logs import log_to_stderr
@@ -128,15 +132,43 @@ def serve_here(options: ServeOptions, sock: socket.socket, report: Any = None) -
     the parent of a process group), on a bound one that it starts to listen on once the
     model is loaded, saying ("ready", what it serves) then."""
     uvicorn = web_server()
+    from mtkit.serve.app import build_app
+
+    threads = _threads_per_worker(options)
+    service = _service(options, threads)
+    config = uvicorn.Config(build_app(service), log_config=None, access_log=False,
+                            lifespan="off", timeout_graceful_shutdown=GRACE_SECONDS)
+    server = uvicorn.Server(config)
+    _forward_uvicorn_logs()
+    if options.workers > 1 and report is None:  # before the line that says the server is up
+        log.info("%d model workers, %d threads each", options.workers, threads)
+    langs = service.translator.engine.recipe.data.langs
+    served = f"{' + '.join(map(str, options.models))} ({langs.src} -> {langs.tgt})"
+    if report is None:
+        log.info("serving %s on %s (page /, API docs /docs)", served, _address(sock))
+    else:
+        sock.listen(BACKLOG)
+        report.send(("ready", served))
+    _run_until_stopped(server, sock, service.batcher, options.workers)
+    log.info("stopped: %d lines translated", service.metrics.lines)
+
+
+def _threads_per_worker(options: ServeOptions) -> int:
+    """--threads, or for 0 with several model threads (workers, processes) the cores
+    shared out among them."""
+    model_threads = options.workers * options.processes
+    if options.threads == 0 and model_threads > 1:
+        return threads_each(model_threads)
+    return options.threads
+
+
+def _service(options: ServeOptions, threads: int) -> Service:
+    """The model loaded (as `mtkit translate` loads it), metered, behind a batcher."""
     from mtkit.decode.translate import OPTION_NAMES, Translator
-    from mtkit.serve.app import MeteredEngine, Service, build_app, decoder, models_answer
+    from mtkit.serve.app import MeteredEngine, Service, decoder, models_answer
     from mtkit.serve.batcher import Batcher
     from mtkit.serve.metrics import ServeMetrics
 
-    threads = options.threads
-    model_threads = options.workers * options.processes
-    if threads == 0 and model_threads > 1:  # the cores shared out among the model threads
-        threads = max(1, usable_cores() // model_threads)
     loaded = Translator.load(
         options.models, device=options.device, threads=threads,
         quantize=options.quantize, engine=options.engine, max_tokens=options.max_tokens,
@@ -145,27 +177,19 @@ def serve_here(options: ServeOptions, sock: socket.socket, report: Any = None) -
     metrics = ServeMetrics()
     translator = Translator(MeteredEngine(loaded.engine, metrics), loaded.settings,
                             options.max_tokens)
-    names = [str(p) for p in options.models]
-    models = models_answer(loaded, names, options.limits, options.api_key,
-                           options.batch_window_ms)
+    models = models_answer(loaded, [str(p) for p in options.models], options.limits,
+                           options.api_key, options.batch_window_ms)
     batcher = Batcher(decoder(translator), window=options.batch_window_ms / 1000,
                       max_tokens=options.max_tokens,
                       max_queue_lines=options.limits.max_queue)
-    service = Service(translator, translator.settings, batcher, metrics, options.limits,
-                      options.api_key, models)
-    config = uvicorn.Config(build_app(service), log_config=None, access_log=False,
-                            lifespan="off", timeout_graceful_shutdown=GRACE_SECONDS)
-    server = uvicorn.Server(config)
-    _forward_uvicorn_logs()
-    if options.workers > 1 and report is None:  # before the line that says the server is up
-        log.info("%d model workers, %d threads each", options.workers, threads)
-    langs = loaded.engine.recipe.data.langs
-    served = f"{' + '.join(names)} ({langs.src} -> {langs.tgt})"
-    if report is None:
-        log.info("serving %s on %s (page /, API docs /docs)", served, _address(sock))
-    else:
-        sock.listen(BACKLOG)
-        report.send(("ready", served))
+    return Service(translator, translator.settings, batcher, metrics, options.limits,
+                   options.api_key, models)
+
+
+def _run_until_stopped(server: Any, sock: socket.socket, batcher: Batcher,
+                       workers: int) -> None:
+    """HTTP in a thread of its own; the model in this (the main) thread and in the other
+    workers' threads, until a signal stops the server and the batcher has drained."""
     failed: list[BaseException] = []
 
     def serve_http() -> None:
@@ -176,24 +200,22 @@ def serve_here(options: ServeOptions, sock: socket.socket, report: Any = None) -
         finally:
             batcher.close()  # the model's loop ends once the last request is answered
 
-    # The model runs in the main thread (torch's CPU threads run slower, by about a tenth
-    # here, for a thread started later), and in the other workers' threads; HTTP runs in a
-    # thread of its own.
+    # the model runs in the main thread because torch's CPU threads run slower for a
+    # thread started later
     http = threading.Thread(target=serve_http, name="mtkit-http", daemon=True)
-    workers = [threading.Thread(target=batcher.run, name=f"mtkit-model-{n}", daemon=True)
-               for n in range(1, options.workers)]
+    others = [threading.Thread(target=batcher.run, name=f"mtkit-model-{n}", daemon=True)
+              for n in range(1, workers)]
     with _signals_stop(server):
         http.start()
-        for worker in workers:
+        for worker in others:
             worker.start()
         batcher.run()
-        for worker in workers:
+        for worker in others:
             worker.join()
     http.join()
     sock.close()
     if failed:
         raise failed[0]
-    log.info("stopped: %d lines translated", metrics.lines)
 
 
 def _address(sock: socket.socket) -> str:
