@@ -1,0 +1,65 @@
+"""Commands that report on models and translations: info, plot, score."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import typer
+
+log = logging.getLogger("mtkit")
+
+
+def info(
+    path: Path = typer.Argument(..., metavar="MODEL|RUN_DIR",
+                                help="A model file, or a run directory (its model.pt)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+) -> None:
+    """Show what a model holds: architecture, vocabulary, training, and its run's scores."""
+    from mtkit.report.info import model_info
+
+    found = model_info(path)
+    text = json.dumps(found.to_dict(), indent=1) if as_json else "\n".join(found.lines())
+    sys.stdout.write(text + "\n")
+
+
+def plot(
+    run_dirs: list[Path] = typer.Argument(..., help="Run directories to compare."),
+    output: Path = typer.Option(..., "-o", "--output", help="The PNG file to write."),
+    metrics: list[str] | None = typer.Option(
+        None, "--metric", help="Metric to draw, e.g. train.ppl (repeatable) "
+        "[default: train.loss and valid.bleu]."
+    ),
+) -> None:
+    """Plot runs' training curves into a PNG (needs the extra: pip install 'mtkit[plot]')."""
+    from mtkit.report.plot import plot_runs
+
+    plot_runs(list(run_dirs), output, tuple(metrics or ()))
+    log.info("curves of %d run(s) written to %s", len(run_dirs), output)
+
+
+def score(
+    refs: list[Path] = typer.Option(..., "--ref", "-r", help="Reference file (repeatable)."),
+    systems: list[Path] | None = typer.Option(
+        None, "-s", "--system", help="System output to compare (repeat; the first is baseline)."
+    ),
+    hyp: Path | None = typer.Option(None, "--hyp", "-i", help="Hypotheses (default stdin)."),
+    metrics: str = typer.Option("bleu,chrf", "--metrics", "-m", help="bleu, chrf, ter."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    tokenize: str | None = typer.Option(None, "--tokenize", help="sacrebleu tokenizer."),
+    lowercase: bool = typer.Option(False, "--lowercase", "-lc"),
+    tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="Target language code."),
+    paired_ar: bool = typer.Option(
+        False, "--paired-ar", help="Approximate randomisation instead of bootstrap."
+    ),
+) -> None:
+    """Score hypotheses against references with sacrebleu (BLEU, chrF, TER)."""
+    from mtkit.evaluate.score import ScoreRequest, score_report
+
+    sys.stdout.write(score_report(ScoreRequest(
+        refs=tuple(refs), hyp=hyp, systems=tuple(systems or ()), metrics=metrics,
+        as_json=as_json, tokenize=tokenize, lowercase=lowercase, tgt_lang=tgt_lang,
+        paired_ar=paired_ar,
+    )))

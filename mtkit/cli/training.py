@@ -1,0 +1,169 @@
+"""Commands that build a model: spm-train, binarize, train, average."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import typer
+
+from mtkit.cli.options import (
+    DeviceOpt,
+    RecipeArg,
+    RunDirOpt,
+    SetOpt,
+    ThreadsOpt,
+    load_recipe,
+    run_dir_of,
+)
+from mtkit.errors import ConfigError
+
+log = logging.getLogger("mtkit")
+
+
+def spm_train(
+    recipe: Path | None = RecipeArg,
+    run_dir: Path | None = RunDirOpt,
+    overrides: list[str] | None = SetOpt,
+    inputs: list[Path] | None = typer.Option(None, "--input", help="Text file (repeatable)."),
+    model_prefix: Path | None = typer.Option(None, "--model-prefix", help="Writes PREFIX.model."),
+    vocab_size: int = typer.Option(8000, "--vocab-size"),
+    model_type: str = typer.Option("unigram", "--model-type", help="unigram or bpe."),
+    character_coverage: float = typer.Option(0.9995, "--character-coverage"),
+    input_sentence_size: int = typer.Option(1_000_000, "--input-sentence-size"),
+) -> None:
+    """Train the SentencePiece tokenizer (from a recipe or from flags)."""
+    from mtkit.data.tokenizer import train_recipe_tokenizer, train_sentencepiece
+
+    if recipe is not None:
+        loaded = load_recipe(recipe, overrides)
+        out_dir = run_dir_of(recipe, run_dir) / "tokenizer"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        train_recipe_tokenizer(loaded, out_dir)
+        log.info("tokenizer written to %s", out_dir)
+        return
+    if not inputs or model_prefix is None:
+        raise ConfigError("spm-train: give a recipe, or --input FILE and --model-prefix PREFIX")
+    if model_type not in ("unigram", "bpe"):
+        raise ConfigError(f"--model-type {model_type}: expected unigram or bpe")
+    path = train_sentencepiece(
+        list(inputs),
+        model_prefix,
+        vocab_size,
+        model_type,
+        character_coverage,
+        input_sentence_size,
+    )
+    log.info("tokenizer written to %s", path)
+
+
+def binarize(
+    recipe: Path | None = RecipeArg,
+    run_dir: Path | None = RunDirOpt,
+    overrides: list[str] | None = SetOpt,
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="SentencePiece model."),
+    tgt_tokenizer: Path | None = typer.Option(
+        None, "--tgt-tokenizer", help="Target-side model when vocabularies are separate."
+    ),
+    src: Path | None = typer.Option(None, "--src", help="Source text file."),
+    tgt: Path | None = typer.Option(None, "--tgt", help="Target text file."),
+    split: str = typer.Option("train", "--split", help="Split name for --src/--tgt."),
+    out: Path | None = typer.Option(None, "--out", help="Output directory."),
+    workers: int = typer.Option(0, "--workers", help="Encoding processes (0 = all cores)."),
+    max_len: int = typer.Option(256, "--max-len", help="Drop training pairs longer than this."),
+    max_ratio: float = typer.Option(3.0, "--max-ratio", help="Drop pairs with a larger ratio."),
+) -> None:
+    """Encode parallel text into memory-mapped token arrays."""
+    from mtkit.data.binarize import binarize as binarize_files
+    from mtkit.data.tokenizer import Tokenizer, load_recipe_tokenizer
+    from mtkit.pipeline import binarize_recipe
+    from mtkit.train.run import RunPaths
+
+    if recipe is not None:
+        loaded, paths = load_recipe(recipe, overrides), RunPaths(run_dir_of(recipe, run_dir))
+        tok = load_recipe_tokenizer(paths.tokenizer, loaded.tokenizer.joint)
+        binarize_recipe(loaded, paths, tok, workers)
+        return
+    if tokenizer is None or src is None or tgt is None or out is None:
+        raise ConfigError("binarize: give a recipe, or --tokenizer, --src, --tgt and --out")
+    tok = Tokenizer.from_files(tokenizer, tgt_tokenizer)
+    binarize_files(tok, {split: (src, tgt)}, out, workers, max_len, max_ratio)
+    log.info("binarised data written to %s", out)
+
+
+def train(
+    recipe: Path | None = RecipeArg,
+    run_dir: Path | None = RunDirOpt,
+    overrides: list[str] | None = SetOpt,
+    restart: bool = typer.Option(False, "--restart", help="Discard the run's training state."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved recipe and exit."),
+    until: str | None = typer.Option(
+        None, "--until", help="Stop after this stage: tokenizer, binarize, train, average, eval."
+    ),
+    device: str = DeviceOpt,
+    threads: int = ThreadsOpt,
+    nproc: int = typer.Option(
+        0, "--nproc", help="Train with N processes on this machine: the same as "
+        "torchrun --standalone --nproc_per_node N -m mtkit train ..."
+    ),
+) -> None:
+    """Run the recipe pipeline: tokenizer, binarise, train, average, evaluate."""
+    from mtkit.pipeline import STAGES, run_pipeline
+    from mtkit.runtime import distributed as dist
+    from mtkit.runtime.devices import set_threads
+
+    loaded = load_recipe(recipe, overrides)
+    if dry_run:
+        sys.stdout.write(loaded.to_yaml())
+        return
+    if until is not None and until not in STAGES:
+        raise ConfigError(f"--until {until}: expected one of {', '.join(STAGES)}")
+    if nproc > 1 and not dist.launched():
+        from mtkit.runtime.devices import resolve_device
+        from mtkit.train.trainer import check_resumable_on, updates_per_step
+
+        resolve_device(device)  # bad input ends here, before any process starts
+        updates_per_step(loaded.train, nproc)
+        if not restart:
+            check_resumable_on(run_dir_of(recipe, run_dir), loaded.train, nproc)
+        dist.run_torchrun(nproc, sys.argv[1:])
+    set_threads(threads or loaded.train.threads)
+    torch_device = dist.setup(device, loaded.train.dist_timeout, threads or loaded.train.threads)
+    try:
+        run_pipeline(loaded, run_dir_of(recipe, run_dir), until=until, restart=restart,
+                     device=torch_device)
+        dist.wait_for_main()  # leave together: gloo aborts a rank that quits while in use
+    finally:
+        dist.shutdown()
+
+
+def average(
+    checkpoints: list[Path] | None = typer.Argument(None, help="Checkpoints to average."),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the average."),
+    last: int = typer.Option(0, "--last", help="Average the last K step checkpoints of RUN_DIR."),
+    best: bool = typer.Option(
+        False, "--best", help="Average the best-K checkpoints RUN_DIR kept (train.average)."
+    ),
+) -> None:
+    """Average the weights of several checkpoints into one model."""
+    from mtkit.model.checkpoint import average_checkpoints, save_checkpoint
+    from mtkit.train.run import RunPaths
+
+    paths = list(checkpoints or [])
+    if last and best:
+        raise ConfigError("average: give --last K or --best, not both")
+    if last or best:
+        flag = "--last" if last else "--best"
+        if len(paths) != 1 or not paths[0].is_dir():
+            given = " ".join(map(str, paths)) or "nothing"
+            raise ConfigError(f"average {flag} takes exactly one run directory, got {given}")
+        run = RunPaths(paths[0])
+        paths = run.step_checkpoints()[-last:] if last else run.top_checkpoints()
+        if not paths:
+            kind = "step checkpoints" if last else "best_N.pt checkpoints (train.average: best-K)"
+            raise ConfigError(f"average: no {kind} in {run.checkpoints}")
+    if not paths:
+        raise ConfigError("average: give checkpoint files, --last K RUN_DIR or --best RUN_DIR")
+    save_checkpoint(output, average_checkpoints(paths))
+    log.info("averaged %d checkpoints into %s", len(paths), output)

@@ -1,0 +1,134 @@
+"""One `mtkit translate` run: a file or stdin translated to a file or stdout, whole or
+one share of it (`--shard I/N`, or one rank of a torchrun job; see shard.py).
+
+Under torchrun every rank loads the model and translates its share; the other ranks
+spool theirs to a temporary file and send it to rank 0, which writes its own share, then
+theirs in rank order, so the output is byte-identical to one process's. An output file
+is written atomically: it appears whole or not at all.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from mtkit.decode.shard import Shard, line_range, receive_shares, send_share
+from mtkit.decode.translate import OPTION_NAMES, Stats, Translator, translate_stream
+from mtkit.errors import ConfigError
+from mtkit.files.atomic import atomic_write
+from mtkit.files.textio import count_lines
+from mtkit.progress import on_terminal
+from mtkit.runtime import distributed as dist
+
+
+@dataclass(frozen=True)
+class TranslateJob:
+    models: tuple[Path, ...]  # several: an ensemble
+    input_file: Path | None = None  # None: stdin
+    output_file: Path | None = None  # None: stdout
+    shard: Shard | None = None  # this job's share of input_file; None: all of it
+    # decode settings; None keeps the model's recipe's
+    beam: int | None = None
+    lenpen: float | None = None
+    stop: str | None = None
+    nbest: int | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
+    max_tokens: int = 4096  # source tokens per batch
+    device: str = "auto"
+    threads: int = 0  # 0: the engine chooses
+    quantize: str = "none"
+    engine: str = "auto"
+    tag: str | None = None  # a corpus tag to start every line with
+    scores: bool = False  # append TAB + score to every output line
+    quiet: bool = False  # no progress bar
+
+
+def translate_job(job: TranslateJob) -> Stats | None:
+    """Run the job; the whole job's Stats in the process that wrote the output, None in
+    the other ranks of a torchrun job. A closed stdout raises BrokenPipeError."""
+    shard = _checked_shard(job)
+    device = str(dist.setup(job.device, timeout_s=600, threads=job.threads))
+    if dist.launched():
+        shard = Shard(dist.rank(), dist.world_size())
+    translator = Translator.load(
+        job.models, device=device, threads=job.threads, quantize=job.quantize,
+        engine=job.engine, max_tokens=job.max_tokens, option_names=OPTION_NAMES,
+        beam=job.beam, lenpen=job.lenpen, stop=job.stop, nbest=job.nbest,
+        max_len_a=job.max_len_a, max_len_b=job.max_len_b,
+    )
+    translator.tokenizer = translator.tokenizer.tagged(job.tag)  # a tag the model lacks: error
+    in_fd = open_input(job.input_file)
+    try:
+        return _translate_shares(job, translator, in_fd, shard)
+    finally:
+        if job.input_file is not None:
+            os.close(in_fd)
+
+
+def open_input(path: Path | None) -> int:
+    """A file descriptor to read `path` from (stdin's for None), or a one-line error."""
+    if path is None:
+        return sys.stdin.fileno()
+    if path.is_dir():
+        raise ConfigError(f"--input {path}: is a directory, expected a text file")
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise ConfigError(f"--input {path}: cannot read ({exc.strerror})") from None
+
+
+def _checked_shard(job: TranslateJob) -> Shard | None:
+    if job.shard is not None and dist.launched():
+        raise ConfigError("--shard: not under torchrun, whose ranks share the input already")
+    if (job.shard is not None or dist.launched()) and job.input_file is None:
+        raise ConfigError(f"{'--shard' if job.shard else 'torchrun'}: needs --input FILE "
+                          "(a file's lines can be shared out; stdin's cannot)")
+    return job.shard
+
+
+def _translate_shares(job: TranslateJob, translator: Translator, in_fd: int,
+                      shard: Shard | None) -> Stats | None:
+    """This process's share of the input (all of it without a shard) from `in_fd`, and,
+    in rank 0 of a torchrun job, the other ranks' shares after it."""
+    lines = line_range(job.input_file, shard) if shard is not None else None
+    if lines is not None:
+        os.lseek(in_fd, lines.start, os.SEEK_SET)
+    # a bar only for a file (its length is known; interactive input needs none), and the
+    # extra pass over the file only when a bar will be seen
+    bar = job.input_file is not None and not job.quiet and on_terminal() and dist.is_main()
+    total = None if not bar else count_lines(job.input_file) if lines is None else lines.count
+
+    def translate_share(out: BinaryIO) -> Stats:
+        return translate_stream(
+            translator, in_fd, out, scores=job.scores, total_lines=total, progress=bar,
+            first_line=lines.first if lines is not None else 0,
+            byte_limit=lines.end - lines.start if lines is not None else None,
+        )
+
+    def write_all(out: BinaryIO) -> None:
+        translate_share(out)
+        if dist.launched():
+            receive_shares(out, translator.stats)  # after rank 0's own, in rank order
+
+    begun, main = time.perf_counter(), dist.is_main()  # (after shutdown every rank is "0")
+    try:
+        if not main:
+            with tempfile.TemporaryFile() as spool:
+                send_share(translate_share, spool)
+        elif job.output_file is not None:
+            atomic_write(job.output_file, write_all)
+        else:
+            write_all(sys.stdout.buffer)
+        dist.wait_for_main()
+    finally:
+        dist.shutdown()
+    if dist.launched():
+        translator.stats.seconds = time.perf_counter() - begun  # the job's, not one share's
+    return translator.stats if main else None
+
