@@ -236,7 +236,12 @@ class ScriptedModel:
     def encode(self, src: torch.Tensor):
         return src.float().unsqueeze(-1), src == PAD  # memory (B, S, 1) carries the ids
 
-    def init_cache(self, memory, src_pad_mask, max_len: int, beam: int) -> ScriptedCache:
+    def step_weights(self) -> None:
+        # Not part of SearchModel: engine.InferenceModel gathers them once per engine.
+        return None
+
+    def init_cache(self, memory, src_pad_mask, max_len: int, beam: int,
+                   weights: None = None) -> ScriptedCache:
         assert max_len <= self.max_positions
         return ScriptedCache(memory[:, 0, 0].long(), max_len, beam)
 

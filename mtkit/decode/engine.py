@@ -21,6 +21,7 @@ from mtkit.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from mtkit.decode import ct2
 from mtkit.decode.search import STOP_RULES, Hypothesis, beam_search, greedy_search
 from mtkit.errors import CheckpointError, ConfigError
+from mtkit.model.cache import DecoderCache
 from mtkit.model.checkpoint import Bundle, load_checkpoint
 from mtkit.model.transformer import Transformer
 
@@ -42,11 +43,14 @@ class Engine(Protocol):
 class TorchEngine:
     """mtkit's models (an ensemble if several, sharing one vocabulary) and search.
 
+    The decoder weights each model's decode_step reads are gathered once, here
+    (`InferenceModel`): an engine decodes with the weights its models had when it was
+    made, so code that changes the weights makes a new engine (validation makes one per
+    run) and nothing has to be told about the change.
+
     Threads: torch's one intra-op pool, all usable cores for every batch unless
-    `--threads` says otherwise. Unlike CTranslate2's (ct2.choose_threads), a second thread
-    pays even for one sentence on the 2-core test machine (bench/engines.py, Bible model:
-    beam 5 62.2 ms at 2 threads against 75.4 at 1, greedy 41.4 against 54.1, the test set
-    81.9 against 44.7 sentences/s). On cores busy with other work intra-op threads wait on
+    `--threads` says otherwise: unlike CTranslate2's (ct2.choose_threads), a second thread
+    pays even for one sentence. On cores busy with other work intra-op threads wait on
     each other: there `--threads 1`.
     """
 
@@ -58,6 +62,7 @@ class TorchEngine:
         self.models = list(models)
         for model in self.models:
             model.eval()  # once here, not per batch: the search runs dropout-free
+        self.searched = [InferenceModel(model) for model in self.models]
         self.tokenizer = tokenizer
         self.recipe = recipe
         self.device = torch.device(device)
@@ -91,14 +96,31 @@ class TorchEngine:
         src = pad_sources(sources).to(self.device)
         s = settings
         if s.beam == 1 and s.nbest == 1:
-            best = greedy_search(self.models, src, s.max_len_a, s.max_len_b,
+            best = greedy_search(self.searched, src, s.max_len_a, s.max_len_b,
                                  use_cache=self.use_cache)
             return [[h] for h in best]
         return beam_search(
-            self.models, src, beam=s.beam, lenpen=s.lenpen, nbest=s.nbest,
+            self.searched, src, beam=s.beam, lenpen=s.lenpen, nbest=s.nbest,
             max_len_a=s.max_len_a, max_len_b=s.max_len_b, use_cache=self.use_cache,
             stop=s.stop,
         )
+
+
+class InferenceModel:
+    """A model as an engine's search drives it (`search.SearchModel`): the Transformer, with
+    the decoder weights its decode_step reads gathered once, when this is made, instead of
+    at every search."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.model = model
+        self.weights = model.step_weights()
+        self.max_positions = model.max_positions
+        # bound once: the search calls them directly, decode_step at every step
+        self.encode, self.decode, self.decode_step = model.encode, model.decode, model.decode_step
+
+    def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int,
+                   beam: int) -> DecoderCache:
+        return self.model.init_cache(memory, src_pad_mask, max_len, beam, self.weights)
 
 
 def pad_sources(sources: list[list[int]]) -> torch.Tensor:
@@ -132,24 +154,19 @@ class Int8Linear(nn.Module):
     7-bit unsigned (0..127) with one scale and zero point per call (dynamic quantisation),
     through oneDNN's int8 matmul, which also applies the scales and the bias.
 
-    Why 7 bits for x: on x86 CPUs without VNNI (AVX2 only, e.g. AMD Zen 3) oneDNN
-    multiplies u8 x s8 with vpmaddubsw, which adds pairs of products into int16 and
-    saturates: 255 * 127 * 2 does not fit (tests/unit/test_int8.py's random inputs came
-    out wrong by a third of the output's range on such a machine). 127 * 127 * 2 fits, on
-    every CPU; fbgemm's `reduce_range` does the same. The demo model's test BLEU: fp32
-    20.72, 7 bits 20.70, 8 bits 20.78 (saturating rarely on its activations).
+    Why 7 bits for x: on x86 CPUs without VNNI (AVX2 only) oneDNN multiplies u8 x s8 with
+    vpmaddubsw, which adds pairs of products into int16 and saturates: 255 * 127 * 2 does
+    not fit (tests/unit/test_int8.py's random inputs came out wrong on such a machine).
+    127 * 127 * 2 fits, on every CPU; fbgemm's `reduce_range` does the same, and the
+    translations lose nothing measurable.
 
-    Why this and not torch.ao's quantize_dynamic (deprecated in torch 2.13, with quantized
-    tensors) or torchao's Int8DynamicActivationInt8WeightConfig (its successor; torchao
-    0.18.0 installs beside torch 2.13.0+cpu and runs): the Bible model's 19 decoder
-    linears, 1 thread, this CPU (AVX2, no VNNI), eager mode, per call of all 19 --
-    600 rows: fp32 30.0 ms, torch.ao (fbgemm) 21.9, this 10.3, torchao 39.8;
-    5 rows: fp32 0.75 ms, torch.ao 0.56, this 1.17, torchao 3.16.
-    torchao quantises activations in a chain of small ops (meant to be fused by
-    torch.compile; not measured here), and its weight-only kernel (_weight_int8pack_mm)
-    is slow without AVX-512. The oneDNN ops are the ones torch's own x86 int8 inference
-    lowers to, on plain int8/uint8 tensors. About ten small ops per call quantise x:
-    int8 pays on batches, and costs time on one sentence, where fp32 is the faster choice.
+    Why this and not torch.ao's quantize_dynamic (deprecated, with quantized tensors) or
+    torchao's dynamic int8 config (its successor): torchao quantises activations in a chain
+    of small ops meant to be fused by torch.compile, and its weight-only kernel is slow
+    without AVX-512; the oneDNN ops here are the ones torch's own x86 int8 inference lowers
+    to, on plain int8/uint8 tensors, and were the fastest of the three on large batches
+    (docs/benchmarks.md). About ten small ops per call quantise x: int8 pays on batches,
+    and costs time on one sentence, where fp32 is the faster choice.
     """
 
     def __init__(self, linear: nn.Linear) -> None:

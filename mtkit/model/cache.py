@@ -8,10 +8,11 @@ beam rows. `reorder` follows the search as it re-ranks hypotheses and drops sent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
+
+from mtkit.model.step import StepWeights
 
 
 @dataclass
@@ -33,8 +34,8 @@ class DecoderCache:
     cross_v: list[Tensor]
     src_keep: Tensor | None  # (n, 1, 1, S) True where attention may look; None = no padding
     max_len: int  # how many decode_step calls the buffers hold
+    weights: StepWeights  # the decoder's weights as decode_step reads them (step.py)
     step: int = 0  # positions decoded so far = position of the next token
-    weights: Any = None  # the model's weights as decode_step reads them (model.step_weights)
 
     @property
     def sentences(self) -> int:

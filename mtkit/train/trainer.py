@@ -351,9 +351,6 @@ class Trainer:
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         self.optimizer.step()
-        # fused AdamW writes the weights without bumping their version counters, so the
-        # validator's decoder would otherwise keep reading the weights it first saw
-        self.model.weights_changed()
         if self.ema is not None:
             self.ema.update(self.model)
         self.progress.step += 1

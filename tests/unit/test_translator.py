@@ -1,5 +1,6 @@
 """The Translator and TorchEngine in process, on scripted models: the decode settings
-reach the search through the engine contract, and input is read in bounded buffers.
+reach the search through the engine contract, and input is read in bounded buffers; and
+on a tiny Transformer: an engine decodes with the weights its model has.
 (`mtkit translate` as a user runs it: tests/system/test_translate.py.)"""
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ import os
 import threading
 
 import pytest
-from builders import LONG_RECOVERS, A, B, C, D, ScriptedModel, raw_recipe, table
+import torch
+from builders import BOS, LONG_RECOVERS, PAD, A, B, C, D, ScriptedModel, raw_recipe, table
 
-from mtkit.config import DecodeConfig, recipe_from_dict
+from mtkit.config import DecodeConfig, ModelConfig, recipe_from_dict
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.translate import Translator, read_line_buffers
+from mtkit.model.loss import label_smoothed_nll
+from mtkit.model.transformer import Transformer
 
 
 class LetterTokenizer:
@@ -69,6 +73,45 @@ def test_the_recipe_decode_section_is_the_default(stop, expected):
     assert translator.settings.stop == stop
     assert translator.translate(["a a a", "", "a a a"]) == [expected, "", expected]
     assert model.rows_per_step, "the scripted model was never asked"
+
+
+def test_an_engine_decodes_with_the_weights_its_model_has_when_it_is_made():
+    """Validation makes an engine per run on the model being trained. The cached search
+    reads decoder weights gathered for decode_step (transposed copies on the CPU); after
+    a fused AdamW step, which writes the weights without bumping their version counters,
+    a new engine must decode as the uncached reference (`decode` on the live weights)
+    does, and differently from before the step."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(enc_layers=1, dec_layers=2, d_model=16, heads=2, ffn_dim=32,
+                      dropout=0.0, max_positions=32)
+    model = Transformer(cfg, 12, 12, pad_id=PAD)
+    recipe = recipe_from_dict(raw_recipe("a", "b"))
+    sources = [[5, 6, 7], [8, 9], [4, 10, 11, 5]]
+    settings = DecodeConfig(beam=2, nbest=2, lenpen=1.0, max_len_a=1.0, max_len_b=3)
+
+    def cached_and_reference() -> tuple[list, list]:
+        cached = TorchEngine([model], LetterTokenizer(), recipe)
+        reference = TorchEngine([model], LetterTokenizer(), recipe, use_cache=False)
+        return cached.search(sources, settings), reference.search(sources, settings)
+
+    def assert_same(found: list, expected: list) -> None:
+        for mine, theirs in zip(found, expected, strict=True):
+            assert [h.tokens for h in mine] == [h.tokens for h in theirs]
+            assert [h.score for h in mine] == pytest.approx([h.score for h in theirs], abs=1e-4)
+
+    before, reference = cached_and_reference()
+    assert_same(before, reference)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    src = torch.tensor([ids + [3] + [PAD] * (4 - len(ids)) for ids in sources])
+    tgt = torch.tensor([[BOS, 4, 5, 6], [BOS, 7, 8, 9], [BOS, 10, 11, 4]])
+    model.train()
+    loss, _, _ = label_smoothed_nll(model(src, tgt), tgt, 0.0, PAD)
+    loss.backward()
+    optimizer.step()
+    after, reference = cached_and_reference()
+    assert_same(after, reference)
+    assert [h.score for hyps in after for h in hyps] != pytest.approx(
+        [h.score for hyps in before for h in hyps], abs=1e-3)
 
 
 def test_line_buffers_are_bounded_on_a_long_input():
