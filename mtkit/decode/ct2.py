@@ -158,12 +158,11 @@ def _np(tensor: torch.Tensor) -> np.ndarray:
 
 # Threads. A CTranslate2 translator fixes its threads when it is loaded: `inter_threads`
 # workers, each decoding one batch at a time with `intra_threads` OpenMP threads. Spread
-# over cores, OpenMP threads pay off only when a batch has enough rows to share out. On
-# the 2-core test machine (bench/engines.py, Bible model, beam 5) one verse took 24.2 ms
-# at 1 thread and 71.6 ms at 2 with int8, 55.5 and 75.3 ms with float32; the 991 test
-# verses in 4096-token batches ran at 47.7 sentences/s on 1 thread and 87.5 on 2
-# (float32). So by default (threads 0) a small batch runs on one thread, with a worker
-# per core for calls made at the same time, and a large batch gets every core intra-op.
+# over cores, OpenMP threads pay off only when a batch has enough rows to share out: one
+# sentence runs slower on two threads than on one, a test set's batches faster
+# (bench/engines.py; docs/benchmarks.md). So by default (threads 0) a small batch runs on
+# one thread, with a worker per core for calls made at the same time, and a large batch
+# gets every core intra-op.
 # `--threads N` sets N intra-op threads for every batch (one worker).
 LARGE_BATCH = 16  # sentences from which a batch gets every core intra-op (not tuned)
 

@@ -24,7 +24,9 @@ from builders import (
     table,
 )
 
+from mtkit.decode import beam as beam_rules
 from mtkit.decode import search
+from mtkit.decode.beam import parent_slots, top_candidates
 from mtkit.decode.search import (
     Hypothesis,
     beam_search,
@@ -219,7 +221,7 @@ def test_skipping_steps_where_nothing_ends_changes_nothing(stop, monkeypatch):
         model = ScriptedModel(random_probs(seed))
         skipping = beam_search([model], src, beam=3, nbest=2, lenpen=lenpen, stop=stop)
         with monkeypatch.context() as patch:
-            patch.setattr(search, "_nothing_ends", lambda ends: False)
+            patch.setattr(beam_rules, "nothing_ends", lambda ends: False)
             merging = beam_search([model], src, beam=3, nbest=2, lenpen=lenpen, stop=stop)
         assert skipping == merging
 
@@ -263,7 +265,7 @@ def test_top_candidates_equal_a_top_k_over_every_beam_and_token(vocab):
     logprob = -torch.rand(n, beam, generator=g) * 5
     logprob[2, 1:] = float("-inf")  # step 0: only the first beam is live
     lprobs = torch.randn(n, beam, vocab, generator=g).log_softmax(-1)
-    value, source, token = search._top_candidates(logprob, lprobs, count)
+    value, source, token = top_candidates(logprob, lprobs, count)
 
     total = (logprob.unsqueeze(-1) + lprobs).view(n, -1)  # the reference: every sum
     expected_value, index = total.topk(count, dim=1)
@@ -281,7 +283,7 @@ def test_parent_slots_keep_each_parents_best_continuation_in_its_row():
     for beam in (1, 2, 5):
         parent = torch.randint(0, beam, (200, beam), generator=g)
         parent[0] = 0  # step 0: every continuation of beam 0
-        order = search._parent_slots(parent)
+        order = parent_slots(parent)
         for row, slots in zip(parent.tolist(), order.tolist(), strict=True):
             assert sorted(slots) == list(range(beam))
             firsts = {p: j for j, p in reversed(list(enumerate(row)))}  # parent -> best child
