@@ -113,6 +113,7 @@ class Validator:
         loss, nll = evaluate_loss(model, self.data, max_tokens, self.device, self.max_len)
         bleu = None
         if self.dev is not None:
+            # a new engine each run: it decodes with the weights the model has now
             engine = TorchEngine([model], self.tokenizer, self.recipe, self.device)
             bleu = dev_bleu(Translator(engine, greedy(self.recipe.decode), max_tokens), self.dev)
         return Validation(loss, nll, math.exp(min(nll, 50.0)), bleu)
