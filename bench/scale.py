@@ -70,8 +70,8 @@ def worker(steps: int, warmup: int) -> None:
         if step == warmup:
             dist.wait_for_main()
             start, tokens, bucket_times[:] = time.perf_counter(), 0.0, []
-        group = trainer._next_group()
-        data = trainer.training.epoch(trainer.sampler.epoch)
+        group = trainer.batches.next_group(trainer.progress)
+        data = trainer.batches.training.epoch(trainer.batches.epoch)
         tokens += sum(float(data.lengths(i)[1].sum() + len(i)) for _, i in group)
         trainer._update(group, meter)
     seconds = time.perf_counter() - start

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import math
 import os
 import random
@@ -34,11 +35,13 @@ import torch
 
 from mtkit.config import Recipe, TrainConfig, changed_fields
 from mtkit.data.tokenizer import Tokenizer
-from mtkit.errors import ConfigError
+from mtkit.errors import ConfigError, TrainingDiverged
 from mtkit.files.atomic import atomic_write_bytes
 from mtkit.files.textio import read_json_lines
 from mtkit.model.checkpoint import Bundle, Progress, load_checkpoint
 from mtkit.train.tblog import TensorBoardLog, tensorboard_available
+
+log = logging.getLogger("mtkit")
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,46 @@ def stop_reason(cfg: TrainConfig, progress: Progress) -> str:
     return ""
 
 
+def record_job(progress: Progress, cfg: TrainConfig, update_freq: int, processes: int,
+               device: torch.device) -> None:
+    """The job's shape in the progress (a resumed run is checked against it) and the log."""
+    progress.world_size = processes
+    if cfg.schedule == "inverse-sqrt":
+        progress.horizon = 0
+    elif cfg.max_steps:
+        progress.horizon = cfg.max_steps
+    progress.tokens_per_update = cfg.max_tokens * update_freq * processes
+    log.info("training on %s, %d process%s; tokens per update: %d x %d x %d = %d "
+             "(max_tokens x update_freq x processes)", device, processes,
+             "es" if processes > 1 else "", cfg.max_tokens, update_freq, processes,
+             progress.tokens_per_update)
+
+
+class BadUpdates:
+    """Updates skipped in a row for a non-finite loss or gradient; too many end training."""
+
+    def __init__(self, cfg: TrainConfig, metrics: MetricsLog):
+        self.cfg = cfg
+        self.metrics = metrics
+        self.in_a_row = 0
+
+    def passed(self) -> None:
+        self.in_a_row = 0
+
+    def skipped(self, step: int, loss: float, grad_norm: float) -> None:
+        """Update `step` + 1 was skipped: warn, record, and stop after train.max_bad_steps."""
+        self.in_a_row += 1
+        log.warning("step %d: non-finite loss %s or gradient norm %s; update skipped (%d in a "
+                    "row)", step + 1, loss, grad_norm, self.in_a_row)
+        self.metrics.write({"event": "skipped", "step": step, "loss": str(loss)})
+        if self.in_a_row >= self.cfg.max_bad_steps:
+            raise TrainingDiverged(
+                f"training stopped: {self.in_a_row} updates in a row had a non-finite loss; "
+                f"lower train.lr (now {self.cfg.lr:g}) or set train.clip_norm; "
+                "checkpoint_last.pt holds the last good state"
+            )
+
+
 # --------------------------------------------------------------------------- continuing
 
 
@@ -301,6 +344,11 @@ class TrainMeter:
         }
         self.__init__()
         return record
+
+    def record(self, progress: Progress) -> dict[str, Any]:
+        """The metrics record of a train log line at `progress` (the sums start again)."""
+        return {**self.flush(), "event": "train", "step": progress.step,
+                "epoch": progress.epoch, "elapsed": round(progress.elapsed, 1)}
 
 
 # --------------------------------------------------------------------------- signals

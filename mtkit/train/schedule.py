@@ -15,7 +15,13 @@ checkpoint so that a resumed run follows the same curve. Past the horizon: min_l
 
 from __future__ import annotations
 
+import logging
 import math
+
+from mtkit.config import TrainConfig
+from mtkit.model.checkpoint import Progress
+
+log = logging.getLogger("mtkit")
 
 SCHEDULES = ("inverse-sqrt", "linear", "cosine", "wsd")
 
@@ -70,3 +76,17 @@ def estimate_horizon(step: int, elapsed: float, budget: float) -> int:
     updates in `elapsed` seconds); at least the next update."""
     seconds_per_update = elapsed / max(step, 1)
     return max(step + 1, int(budget / max(seconds_per_update, 1e-9)))
+
+
+def estimate_horizon_when_due(cfg: TrainConfig, progress: Progress, validated: bool) -> None:
+    """A max_time budget's horizon, once the warmup is over: at its first validation
+    (`validated` this step, so that validations weigh in the mean speed as they will to
+    the end; any step without a validation set), from the speed so far, stored in the
+    progress. The clock is rank 0's, so every rank estimates alike."""
+    if (cfg.schedule == "inverse-sqrt" or progress.horizon or not cfg.max_time
+            or progress.step < max(cfg.warmup_steps, 1) or not validated):
+        return
+    progress.horizon = estimate_horizon(progress.step, progress.elapsed, cfg.max_time)
+    log.info("%s schedule: %d updates in the %gs budget at %.2fs an update so far; "
+             "the learning rate reaches %g there", cfg.schedule, progress.horizon,
+             cfg.max_time, progress.elapsed / progress.step, cfg.min_lr)

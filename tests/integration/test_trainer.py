@@ -10,9 +10,10 @@ from builders import bible_recipe, metrics_records, prepare, reverse_recipe, rev
 
 from mtkit.config import load_recipe, recipe_from_dict
 from mtkit.decode.translate import Translator
+from mtkit.errors import TrainingDiverged
 from mtkit.model.checkpoint import load_checkpoint
 from mtkit.train.run import RunPaths
-from mtkit.train.trainer import Trainer, TrainingDiverged, train
+from mtkit.train.trainer import Trainer, train
 
 
 def test_reverse_task_canary(tmp_path):
@@ -157,13 +158,13 @@ def test_best_k_keeps_the_k_best_validated_models(tmp_path):
     paths = RunPaths(run)
     for step, score in enumerate([1.0, 5.0, 3.0, 4.0, 2.0, 4.0], start=1):
         trainer.progress.step = step
-        trainer._keep_if_among_best(score)
+        trainer.keeper.keep_if_among_best(trainer.progress, score)
     assert trainer.progress.top == [(5.0, 2), (4.0, 4)]  # a tie does not displace the older
     assert [p.name for p in paths.top_checkpoints()] == ["best_2.pt", "best_4.pt"]
 
     trainer.progress.step = 9  # as if killed after writing best_9.pt, before checkpoint_last
-    trainer._save_model(paths.top(9))
-    trainer.drop_stale_top_checkpoints()
+    trainer.keeper.save_model(paths.top(9))
+    trainer.keeper.drop_stale_top(trainer.progress)
     assert [p.name for p in paths.top_checkpoints()] == ["best_2.pt", "best_4.pt"]
 
 
