@@ -8,6 +8,13 @@ In memory a bundle is a `Bundle`, its recipe a parsed `Recipe` (parsed once, her
 plain dict that torch.save writes exists only in `to_dict` / `from_dict`. Files are loaded
 with `torch.load(weights_only=True)`, which refuses anything that could run code, and
 written atomically (atomic.py): a crash mid-write never leaves a half file.
+
+Compatibility: every file mtkit writes is format 1 (FORMAT_VERSION), with the keys of
+`to_dict`; those only written when they hold something (train_state, trained, ema,
+averaged_from, parent) are read as absent otherwise, and a Progress field a file lacks
+takes its default; nothing else is optional. A later format gets one function here that
+turns a format-1 dict into its own shape before `from_dict` reads it, so that the readers
+never branch on a file's age.
 """
 
 from __future__ import annotations
@@ -47,8 +54,9 @@ class Progress:
     sampler: dict[str, int] = field(default_factory=dict)
     finished: str = ""  # why training stopped; empty while it can go on
     tgt_tokens: int = 0  # target tokens trained on (non-pad, EOS included), all updates
-    # the job that last trained: processes, and max_tokens x update_freq x processes
-    world_size: int = 0  # 0: a file of an mtkit version before distributed training
+    # the job that last trained (set when training starts): processes, and max_tokens x
+    # update_freq x processes; a resumed run is checked against them
+    world_size: int = 0
     tokens_per_update: int = 0
     horizon: int = 0  # the update train.schedule ends at; 0: none, or not estimated yet
 
@@ -65,8 +73,7 @@ class Progress:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Progress:
-        known = {f.name for f in dataclasses.fields(cls)}  # older files may lack new fields
-        progress = cls(**{k: v for k, v in raw.items() if k in known})
+        progress = cls(**raw)
         progress.top = [(float(score), int(step)) for score, step in progress.top]
         return progress
 
@@ -115,7 +122,7 @@ class Bundle:
     spm_tgt: bytes | None  # None: one joint model (spm_src) serves both sides
     data_fingerprints: dict[str, str]  # tokenizer and training files (manifest.py)
     train_state: TrainState | None = None
-    trained: Trained | None = None  # None in bundles of mtkit versions before it
+    trained: Trained | None = None  # None: not recorded (a bundle not made by training)
     averaged_from: list[str] = field(default_factory=list)
     parent: Parent | None = None  # the model train.init_from started this one from
     mtkit_version: str = __version__
@@ -177,14 +184,14 @@ class Bundle:
                 recipe=recipe_from_dict(raw["recipe"], where=where),
                 spm_src=raw["spm_src"],
                 spm_tgt=raw["spm_tgt"],
-                data_fingerprints=dict(raw.get("data_fingerprints", {})),
+                data_fingerprints=dict(raw["data_fingerprints"]),
                 train_state=None if state is None else TrainState(
                     state["optimizer"], Progress.from_dict(state["progress"]), state["rng"],
                     state.get("ema")),
                 trained=Trained(**raw["trained"]) if "trained" in raw else None,
                 averaged_from=list(raw.get("averaged_from", [])),
                 parent=Parent(**raw["parent"]) if "parent" in raw else None,
-                mtkit_version=str(raw.get("mtkit_version", "")),
+                mtkit_version=str(raw["mtkit_version"]),
             )
         except (KeyError, TypeError):
             raise CheckpointError(f"{where}: incomplete mtkit checkpoint; train it again") from None
