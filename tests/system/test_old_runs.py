@@ -5,6 +5,7 @@ in `mtkit info`: run as a user runs the commands."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -69,6 +70,10 @@ def test_old_run_resumes_to_the_weights_of_an_uninterrupted_run(old_run):
 def test_info_reads_the_old_run(old_run, mtkit_cli):
     done = mtkit_cli(["info", "runs/old"], cwd=old_run)
     assert done.returncode == 0, done.stderr
-    assert "runs/old/model.pt" in done.stdout
-    assert "0.1.0" in done.stdout  # the version that wrote it
+    shown = dict(re.findall(r"^  (\S.*?):\s+(.*)$", done.stdout, re.M))
+    assert shown["path"] == "runs/old/model.pt"
+    assert shown["written by"] == "mtkit 0.1.0, checkpoint format 1"
+    assert (shown["layers"], shown["updates"], shown["model.pt is"]) == (
+        "1 encoder, 1 decoder", "6", "checkpoint_best.pt")
+    assert shown["best dev BLEU"] == "0.91 at step 6"
 
