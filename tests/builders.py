@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import yaml
 
+from mtkit.data.tokenizer import SpecialIds
+
 if TYPE_CHECKING:
     from mtkit.config import Recipe
     from mtkit.data.manifest import Manifest
@@ -189,6 +191,7 @@ def small_manifest() -> Manifest:
 # --------------------------------------------------------------------------- scripted models
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+SPECIALS = SpecialIds(pad=PAD, unk=UNK, start=BOS, eos=EOS)  # the searches' ids for these
 A, B, C, D = 4, 5, 6, 7
 VOCAB = 10
 
@@ -220,12 +223,14 @@ class ScriptedModel:
     probabilities are set by hand.
 
     next_probs(source_id, prefix) -> {token: probability}: source_id is the first token of
-    the source row, prefix the tokens after BOS. Tokens not listed get probability 1e-6.
+    the source row, prefix the tokens after the start token. Tokens not listed get
+    probability 1e-6.
     """
 
     def __init__(self, next_probs: Callable[[int, tuple[int, ...]], Probs],
-                 max_positions: int = 64) -> None:
+                 max_positions: int = 64, specials: SpecialIds = SPECIALS) -> None:
         self.max_positions = max_positions
+        self.specials = specials  # the ids its vocabulary gives pad and the start token
         self.next_probs = next_probs
         self.rows_per_step: list[int] = []  # rows in each decode_step call
 
@@ -234,7 +239,8 @@ class ScriptedModel:
         return self
 
     def encode(self, src: torch.Tensor):
-        return src.float().unsqueeze(-1), src == PAD  # memory (B, S, 1) carries the ids
+        # memory (B, S, 1) carries the ids
+        return src.float().unsqueeze(-1), src == self.specials.pad
 
     def step_weights(self) -> None:
         # Not part of SearchModel: engine.InferenceModel gathers them once per engine.
@@ -261,7 +267,7 @@ class ScriptedModel:
     def _logits(self, keys: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
         probs = torch.full((keys.numel(), VOCAB), 1e-6)
         for row, (key, seq) in enumerate(zip(keys.tolist(), history.tolist(), strict=True)):
-            assert seq[0] == BOS
+            assert seq[0] == self.specials.start
             for token, p in self.next_probs(key, tuple(seq[1:])).items():
                 probs[row, token] = p
         return probs.log()

@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.data.tokenizer import SpecialIds
 
 # an epoch's pairs: (indices into the data, repeats allowed; their widths), both (m,)
 EpochItems = Callable[[int], tuple[np.ndarray, np.ndarray]]
@@ -136,8 +136,8 @@ def token_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
 
 @dataclass
 class Batch:
-    src: torch.Tensor  # (B, S) long: ids + EOS, right-padded with PAD_ID
-    tgt_in: torch.Tensor  # (B, T) long: BOS + ids (decoder input)
+    src: torch.Tensor  # (B, S) long: ids + eos, right-padded with pad
+    tgt_in: torch.Tensor  # (B, T) long: start + ids (decoder input)
     tgt_out: torch.Tensor  # (B, T) long: ids + EOS (what the decoder predicts)
     ntokens: int  # non-pad tokens in tgt_out: the loss normaliser
 
@@ -159,23 +159,27 @@ class Pairs(Protocol):
     def tgt(self, i: int) -> np.ndarray: ...
 
 
-def make_batch(data: Pairs, indices: list[int], max_len: int | None = None) -> Batch:
-    """Pad the pairs at `indices` into tensors; `max_len` cuts longer sides (dev sets keep
-    every line, so a line longer than the model allows is shortened rather than dropped)."""
+def make_batch(data: Pairs, indices: list[int], specials: SpecialIds,
+               max_len: int | None = None) -> Batch:
+    """Pad the pairs at `indices` into tensors with the model's special ids; `max_len` cuts
+    longer sides (dev sets keep every line, so a line longer than the model allows is
+    shortened rather than dropped)."""
     src_pieces = [data.src(i)[:max_len] for i in indices]
     tgt_pieces = [data.tgt(i)[:max_len] for i in indices]
     src_lens = np.array([len(p) for p in src_pieces], dtype=np.int64)  # (B,)
     tgt_lens = np.array([len(p) for p in tgt_pieces], dtype=np.int64)  # (B,)
     rows = np.arange(len(indices))
-    src = _pad_right(src_pieces, src_lens, int(src_lens.max()) + 1)
-    src[rows, src_lens] = EOS_ID
-    tgt_out = _pad_right(tgt_pieces, tgt_lens, int(tgt_lens.max()) + 1)
-    tgt_out[rows, tgt_lens] = EOS_ID
-    # the decoder input is the output shifted right by one, starting with BOS, without EOS
+    pad, eos = specials.pad, specials.eos
+    src = _pad_right(src_pieces, src_lens, int(src_lens.max()) + 1, pad)
+    src[rows, src_lens] = eos
+    tgt_out = _pad_right(tgt_pieces, tgt_lens, int(tgt_lens.max()) + 1, pad)
+    tgt_out[rows, tgt_lens] = eos
+    # the decoder input is the output shifted right by one, without eos, after the start
+    # token (set last: it may be eos itself, as in models whose decoder starts from </s>)
     tgt_in = np.empty_like(tgt_out)
-    tgt_in[:, 0] = BOS_ID
     tgt_in[:, 1:] = tgt_out[:, :-1]
-    tgt_in[tgt_in == EOS_ID] = PAD_ID
+    tgt_in[tgt_in == eos] = pad
+    tgt_in[:, 0] = specials.start
     return Batch(
         src=torch.from_numpy(src),
         tgt_in=torch.from_numpy(tgt_in),
@@ -184,9 +188,9 @@ def make_batch(data: Pairs, indices: list[int], max_len: int | None = None) -> B
     )
 
 
-def _pad_right(pieces: list[np.ndarray], lens: np.ndarray, width: int) -> np.ndarray:
-    """(B, width) int64 array, row b = pieces[b] then PAD_ID; one vectorised scatter."""
-    out = np.full((len(pieces), width), PAD_ID, dtype=np.int64)
+def _pad_right(pieces: list[np.ndarray], lens: np.ndarray, width: int, pad: int) -> np.ndarray:
+    """(B, width) int64 array, row b = pieces[b] then pad; one vectorised scatter."""
+    out = np.full((len(pieces), width), pad, dtype=np.int64)
     total = int(lens.sum())
     if total:
         rows = np.repeat(np.arange(len(pieces)), lens)  # (total,)

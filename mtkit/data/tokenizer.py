@@ -13,6 +13,7 @@ import io
 import random
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,8 @@ from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.files.atomic import atomic_write_bytes
 from mtkit.files.textio import read_lines
 
+# The ids `mtkit spm-train` gives the special pieces. Everything after training reads a
+# model's ids from its tokenizer (`Tokenizer.specials`), never from these constants.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 NUM_SPECIALS = 4
 # trainer option name -> (id, piece)
@@ -33,6 +36,26 @@ SPECIALS = {
     "bos": (BOS_ID, "<s>"),
     "eos": (EOS_ID, "</s>"),
 }
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """The target-side ids that batches, the loss and the search give a meaning to.
+
+    A model's own: mtkit's tokenizers have pad 0, unk 1, start 2 (<s>), eos 3; an
+    imported model may have others (its decoder may start from pad or from eos). Sources
+    are padded with `pad` and end with `eos` too.
+    """
+
+    pad: int
+    unk: int
+    start: int  # the token the decoder is fed first
+    eos: int
+
+    @property
+    def never_emitted(self) -> tuple[int, ...]:
+        """Ids a search must not produce: pad and the start token, unless it is eos."""
+        return tuple(sorted({self.pad, self.start} - {self.eos}))
+
 
 # The trainer's thread count is recorded in the model and changes its bytes, so it is a
 # constant rather than os.cpu_count(): the same corpus gives the same model on any machine.
@@ -223,6 +246,8 @@ class Tokenizer:
         self._src = _load_processor(self._src_bytes, names[0])
         self._tgt = self._src if tgt is None else _load_processor(self._tgt_bytes, names[1])
         self.source_tag: int | None = None  # id put before every encoded source line
+        self.specials = SpecialIds(pad=self._tgt.pad_id(), unk=self._tgt.unk_id(),
+                                   start=self._tgt.bos_id(), eos=self._tgt.eos_id())
         self._piece_scores: dict[spm.SentencePieceProcessor, np.ndarray] = {}  # for sampling
 
     @classmethod

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from mtkit.config import DecodeConfig, Recipe
-from mtkit.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from mtkit.data.tokenizer import SpecialIds, Tokenizer
 from mtkit.decode import ct2
 from mtkit.decode.search import STOP_RULES, Hypothesis, beam_search, greedy_search
 from mtkit.errors import CheckpointError, ConfigError
@@ -93,16 +93,17 @@ class TorchEngine:
 
     @torch.inference_mode()
     def search(self, sources: list[list[int]], settings: DecodeConfig) -> list[list[Hypothesis]]:
-        src = pad_sources(sources).to(self.device)
+        specials = self.tokenizer.specials
+        src = pad_sources(sources, specials).to(self.device)
         s = settings
         if s.beam == 1 and s.nbest == 1:
             best = greedy_search(self.searched, src, s.max_len_a, s.max_len_b,
-                                 use_cache=self.use_cache)
+                                 use_cache=self.use_cache, specials=specials)
             return [[h] for h in best]
         return beam_search(
             self.searched, src, beam=s.beam, lenpen=s.lenpen, nbest=s.nbest,
             max_len_a=s.max_len_a, max_len_b=s.max_len_b, use_cache=self.use_cache,
-            stop=s.stop,
+            stop=s.stop, specials=specials,
         )
 
 
@@ -123,13 +124,13 @@ class InferenceModel:
         return self.model.init_cache(memory, src_pad_mask, max_len, beam, self.weights)
 
 
-def pad_sources(sources: list[list[int]]) -> torch.Tensor:
-    """Append EOS and right-pad: (batch, longest + 1)."""
+def pad_sources(sources: list[list[int]], specials: SpecialIds) -> torch.Tensor:
+    """Append eos and right-pad: (batch, longest + 1)."""
     width = max(len(s) for s in sources) + 1
-    out = torch.full((len(sources), width), PAD_ID, dtype=torch.long)
+    out = torch.full((len(sources), width), specials.pad, dtype=torch.long)
     for row, ids in enumerate(sources):
         out[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        out[row, len(ids)] = EOS_ID
+        out[row, len(ids)] = specials.eos
     return out
 
 

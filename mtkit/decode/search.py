@@ -14,7 +14,9 @@ Conventions shared by both searches:
 * beam score = logprob / length**lenpen; greedy ranks nothing, so its score = logprob
   (which is what beam_search reports with lenpen=0).
 * Ensembles average the models' log-probabilities (log_softmax in fp32, mean over models).
-* PAD and BOS are never produced.
+* The special ids come from the model's tokenizer (`specials`): the search starts every
+  row from `start`, ends on `eos`, pads with `pad`, and never produces pad or the start
+  token (unless the start token is eos, as in models whose decoder starts from </s>).
 * Beam search ends a sentence by one of three rules, `stop` = early, exact or top
   (beam.sentence_done); greedy ends it at EOS or at the cap.
 
@@ -34,6 +36,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from mtkit.data.tokenizer import SpecialIds
 from mtkit.decode.beam import (
     NEG_INF,
     STOP_RULES,
@@ -44,11 +47,6 @@ from mtkit.decode.beam import (
     sentence_done,
     top_candidates,
 )
-
-# Same ids as mtkit.tokenizer (PAD_ID, BOS_ID, EOS_ID); repeated so search depends only on
-# the model interface. Every search function also takes them as arguments.
-PAD, BOS, EOS = 0, 2, 3
-
 
 
 class DecoderState(Protocol):
@@ -89,9 +87,9 @@ class Hypothesis:
 # --------------------------------------------------------------------------- lengths
 
 
-def source_lengths(src: Tensor, pad: int = PAD, bos: int = BOS, eos: int = EOS) -> Tensor:
-    """(B, S) source ids -> (B,) real tokens per sentence: padding, BOS and EOS not counted."""
-    special = (src == pad) | (src == bos) | (src == eos)
+def source_lengths(src: Tensor, specials: SpecialIds) -> Tensor:
+    """(B, S) source ids -> (B,) real tokens per sentence: pad, start and eos not counted."""
+    special = (src == specials.pad) | (src == specials.start) | (src == specials.eos)
     return (~special).sum(dim=1)
 
 
@@ -112,10 +110,10 @@ def max_lengths(
     return caps.clamp(min=1, max=max_positions - 1)
 
 
-def _caps(models: list[SearchModel], src: Tensor, a: float, b: int, bos: int, eos: int,
-          pad: int) -> Tensor:
+def _caps(models: list[SearchModel], src: Tensor, a: float, b: int,
+          specials: SpecialIds) -> Tensor:
     max_positions = min(m.max_positions for m in models)
-    return max_lengths(source_lengths(src, pad, bos, eos), a, b, max_positions).to(src.device)
+    return max_lengths(source_lengths(src, specials), a, b, max_positions).to(src.device)
 
 
 # --------------------------------------------------------------------------- encoding
@@ -152,7 +150,7 @@ def length_groups(lengths: Sequence[int]) -> list[list[int]]:
     return groups
 
 
-def encode_by_length(model: SearchModel, src: Tensor, pad: int = PAD) -> tuple[Tensor, Tensor]:
+def encode_by_length(model: SearchModel, src: Tensor, pad: int) -> tuple[Tensor, Tensor]:
     """model.encode(src), with sentences of very different lengths encoded apart.
 
     A batch whose lines arrived in no order (a server's, from many clients) pads every
@@ -239,15 +237,15 @@ def _as_list(models: SearchModel | Sequence[SearchModel]) -> list[SearchModel]:
 
 def _start(
     models: SearchModel | Sequence[SearchModel], src: Tensor, a: float, b: int, beam: int,
-    use_cache: bool, bos: int, eos: int, pad: int
+    use_cache: bool, specials: SpecialIds
 ) -> tuple[Tensor, int, _Ensemble]:
     """What both searches begin with: per-sentence caps (B,), the step count, the ensemble
     with its encoder run once."""
     models = _as_list(models)
-    caps = _caps(models, src, a, b, bos, eos, pad)  # (B,)
+    caps = _caps(models, src, a, b, specials)  # (B,)
     steps = int(caps.max())
-    return caps, steps, _Ensemble(models, src, steps, beam, use_cache, pad,
-                                 never=(pad, bos))
+    return caps, steps, _Ensemble(models, src, steps, beam, use_cache, specials.pad,
+                                 never=specials.never_emitted)
 
 
 # --------------------------------------------------------------------------- greedy
@@ -260,21 +258,20 @@ def greedy_search(
     max_len_a: float = 1.2,
     max_len_b: int = 10,
     use_cache: bool = True,
-    bos: int = BOS,
-    eos: int = EOS,
-    pad: int = PAD,
+    *,
+    specials: SpecialIds,
 ) -> list[Hypothesis]:
     """The argmax translation of each sentence of src (B, S), in order."""
     batch = src.size(0)
     if batch == 0:
         return []
-    caps, steps, dec = _start(models, src, max_len_a, max_len_b, 1, use_cache, bos, eos,
-                              pad)
+    caps, steps, dec = _start(models, src, max_len_a, max_len_b, 1, use_cache, specials)
+    eos = specials.eos
 
-    # Live rows: sentence index, BOS + tokens so far, summed log-prob, cap.
+    # Live rows: sentence index, start + tokens so far, summed log-prob, cap.
     rows = torch.arange(batch, device=src.device)  # (N,)
-    seqs = src.new_full((batch, steps + 1), pad)  # (N, steps+1)
-    seqs[:, 0] = bos
+    seqs = src.new_full((batch, steps + 1), specials.pad)  # (N, steps+1)
+    seqs[:, 0] = specials.start
     logprob = torch.zeros(batch, device=src.device)  # (N,)
     # Results by sentence, written when sentences finish.
     out_seqs, out_logprob = seqs.clone(), logprob.clone()
@@ -332,9 +329,8 @@ def beam_search(
     max_len_b: int = 10,
     use_cache: bool = True,
     stop: str = "early",
-    bos: int = BOS,
-    eos: int = EOS,
-    pad: int = PAD,
+    *,
+    specials: SpecialIds,
 ) -> list[list[Hypothesis]]:
     """Up to `nbest` hypotheses per sentence of src (B, S), best score first.
 
@@ -350,9 +346,9 @@ def beam_search(
     batch = src.size(0)
     if batch == 0:
         return []
-    caps, steps, dec = _start(models, src, max_len_a, max_len_b, beam, use_cache, bos, eos,
-                              pad)
-    beams = Beams.start(caps, beam, nbest, steps, bos, pad)
+    caps, steps, dec = _start(models, src, max_len_a, max_len_b, beam, use_cache, specials)
+    eos, pad = specials.eos, specials.pad
+    beams = Beams.start(caps, beam, nbest, steps, specials.start, pad)
     results = Finished.empty(batch, nbest, steps, src.device)  # by sentence
 
     for t in range(steps):

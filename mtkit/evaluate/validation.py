@@ -22,7 +22,7 @@ import torch
 from mtkit.config import DecodeConfig, Pair, Recipe
 from mtkit.data.batching import BatchSampler, make_batch
 from mtkit.data.dataset import ParallelData
-from mtkit.data.tokenizer import PAD_ID, Tokenizer
+from mtkit.data.tokenizer import SpecialIds, Tokenizer
 from mtkit.decode.engine import Engine, TorchEngine
 from mtkit.decode.translate import Translator
 from mtkit.evaluate.metrics import Score, corpus_scores
@@ -110,7 +110,8 @@ class Validator:
 
     def __call__(self, model: Transformer) -> Validation:
         max_tokens = self.recipe.train.max_tokens
-        loss, nll = evaluate_loss(model, self.data, max_tokens, self.device, self.max_len)
+        loss, nll = evaluate_loss(model, self.data, max_tokens, self.device, self.max_len,
+                                  self.tokenizer.specials)
         bleu = None
         if self.dev is not None:
             # a new engine each run: it decodes with the weights the model has now
@@ -121,16 +122,17 @@ class Validator:
 
 @torch.no_grad()
 def evaluate_loss(model: Transformer, data: ParallelData, max_tokens: int,
-                  device: torch.device, max_len: int) -> tuple[float, float]:
+                  device: torch.device, max_len: int,
+                  specials: SpecialIds) -> tuple[float, float]:
     """Per-token loss and NLL (the same without label smoothing) over a whole split."""
     model.eval()
     sampler = BatchSampler.fixed(data.src_lens, data.tgt_lens, max_tokens, seed=0, shuffle=False)
     loss_sum = nll_sum = 0.0
     ntokens = 0
     for indices in sampler:
-        batch = make_batch(data, indices, max_len)
+        batch = make_batch(data, indices, specials, max_len)
         logits = model(batch.src.to(device), batch.tgt_in.to(device))
-        loss, nll, n = label_smoothed_nll(logits, batch.tgt_out.to(device), 0.0, PAD_ID)
+        loss, nll, n = label_smoothed_nll(logits, batch.tgt_out.to(device), 0.0, specials.pad)
         loss_sum += loss.item()
         nll_sum += nll.item()
         ntokens += n

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from mtkit.config import Recipe, recipe_from_dict
-from mtkit.data.tokenizer import PAD_ID, Tokenizer
+from mtkit.data.tokenizer import Tokenizer
 from mtkit.errors import CheckpointError
 from mtkit.files.atomic import atomic_write
 from mtkit.model.transformer import Transformer
@@ -134,7 +134,7 @@ class Bundle:
         """The Transformer this bundle describes, with its weights, in eval mode (CPU)."""
         tokenizer = tokenizer or self.tokenizer()
         model = Transformer(self.recipe.model, tokenizer.src_vocab_size,
-                            tokenizer.tgt_vocab_size, PAD_ID)
+                            tokenizer.tgt_vocab_size, tokenizer.specials.pad)
         try:
             model.load_state_dict(self.weights)
         except RuntimeError:

@@ -16,6 +16,7 @@ import numpy as np
 from mtkit.config import TrainConfig
 from mtkit.data.batching import Batch, BatchSampler, make_batch
 from mtkit.data.corpora import TrainingSet
+from mtkit.data.tokenizer import SpecialIds
 from mtkit.model.checkpoint import Progress
 from mtkit.train.ranks import Ranks
 from mtkit.train.run import stop_reason
@@ -36,12 +37,13 @@ class RankShare:
 
 class BatchStream:
     def __init__(self, training: TrainingSet, cfg: TrainConfig, update_freq: int,
-                 ranks: Ranks, max_len: int):
+                 ranks: Ranks, max_len: int, specials: SpecialIds):
         self.training = training
         self.cfg = cfg
         self.ranks = ranks
         self.per_update = update_freq * ranks.world_size
         self.max_len = max_len  # tokens per side before EOS/BOS
+        self.specials = specials
         self.sampler = BatchSampler(training.epoch_items, cfg.max_tokens, seed=cfg.seed,
                                     shuffle=True)
         self.sampler.set_epoch(1)  # epochs count from 1, as users read them
@@ -66,7 +68,7 @@ class BatchStream:
         """This rank's batches of the job's `group`, padded into tensors."""
         mine = self.ranks.share(group)
         data = self.training.epoch(self.sampler.epoch)
-        batches = [(position, make_batch(data, indices, self.max_len))
+        batches = [(position, make_batch(data, indices, self.specials, self.max_len))
                    for position, indices in mine or group[:1]]
         ntokens = sum(batch.ntokens for _, batch in batches) if mine else 0
         return RankShare(batches, 1.0 if mine else 0.0, ntokens)

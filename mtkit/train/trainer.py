@@ -24,7 +24,7 @@ from tqdm import tqdm
 from mtkit.config import Recipe, TrainConfig
 from mtkit.data.corpora import TrainingSet
 from mtkit.data.dataset import ParallelData
-from mtkit.data.tokenizer import PAD_ID, Tokenizer
+from mtkit.data.tokenizer import Tokenizer
 from mtkit.errors import ConfigError, Interrupted
 from mtkit.evaluate.validation import Validator
 from mtkit.model.checkpoint import (
@@ -81,6 +81,7 @@ class Trainer:
         self.cfg = cfg = recipe.train
         self.paths = RunPaths(run_dir)
         self.tokenizer = tokenizer
+        self.pad = tokenizer.specials.pad  # the loss's ignore index
         self.data_fingerprints = data_fingerprints
         # under torchrun: this rank's device (dist.setup)
         self.ranks = Ranks.of_this_job(resolve_device(device))
@@ -88,10 +89,11 @@ class Trainer:
         self.update_freq = updates_per_step(cfg, self.ranks.world_size)
         training = TrainingSet(data_dir, recipe, tokenizer, announce=self.ranks.writes)
         max_len = recipe.model.max_positions - 1  # tokens per side before EOS/BOS
-        self.batches = BatchStream(training, cfg, self.update_freq, self.ranks, max_len)
+        self.batches = BatchStream(training, cfg, self.update_freq, self.ranks, max_len,
+                                   tokenizer.specials)
         seed_everything(cfg.seed)  # before the model: its initial weights are random
         self.model = Transformer(
-            recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID
+            recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, self.pad
         ).to(self.device)
         self.train_model = for_training(self.model, cfg.compile, self.ranks.several)
         self.optimizer = torch.optim.AdamW(
@@ -263,13 +265,13 @@ class Trainer:
             no_sync = nullcontext() if last else self.train_model.no_sync()
             torch.manual_seed(self.batches.batch_seed(position))
             tgt_out = batch.tgt_out.to(self.device)
-            real = tgt_out.ne(PAD_ID)  # (B, T): the loss reads only these positions
+            real = tgt_out.ne(self.pad)  # (B, T): the loss reads only these positions
             with no_sync, self._autocast():
                 logits = self.train_model(
                     batch.src.to(self.device), batch.tgt_in.to(self.device), real
                 )  # (N, V)
             loss, nll, _ = label_smoothed_nll(
-                logits, tgt_out[real], self.cfg.label_smoothing, PAD_ID
+                logits, tgt_out[real], self.cfg.label_smoothing, self.pad
             )
             with no_sync:
                 (loss * scale).backward()

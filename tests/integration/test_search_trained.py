@@ -3,19 +3,21 @@ properties the scripted models of tests/unit/test_search.py pin, on a real model
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
-from builders import BOS, EOS, PAD
+from builders import BOS, EOS, PAD, SPECIALS
 
 from mtkit.config import ModelConfig
-from mtkit.decode.search import (
-    Hypothesis,
-    beam_search,
-    greedy_search,
-    max_lengths,
-    source_lengths,
-)
+from mtkit.decode import search
+from mtkit.decode.search import Hypothesis, max_lengths
 from mtkit.model.transformer import Transformer
+
+# the searches and length rule with the scripted vocabulary's special ids (builders.SPECIALS)
+greedy_search = partial(search.greedy_search, specials=SPECIALS)
+beam_search = partial(search.beam_search, specials=SPECIALS)
+source_lengths = partial(search.source_lengths, specials=SPECIALS)
 
 # --------------------------------------------------------------------------- a real model
 

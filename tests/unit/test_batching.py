@@ -9,7 +9,7 @@ import torch
 from mtkit.data.batching import BatchSampler, make_batch, token_batches
 from mtkit.data.binarize import binarize
 from mtkit.data.dataset import ParallelData
-from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SpecialIds, Tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,8 @@ def test_make_batch(tokenizer: Tokenizer, tmp_path: Path) -> None:
     tgt.write_text("and there was light\nempty source\n\n", encoding="utf-8")
     binarize(tokenizer, {"dev": (src, tgt)}, tmp_path / "out", workers=1)
     data = ParallelData(tmp_path / "out", "dev")
-    batch = make_batch(data, [0, 1, 2])
+    assert tokenizer.specials == SpecialIds(pad=PAD_ID, unk=1, start=BOS_ID, eos=EOS_ID)
+    batch = make_batch(data, [0, 1, 2], tokenizer.specials)
     s_len, t_len = data.src_lens.tolist(), data.tgt_lens.tolist()
     assert batch.src.shape == (3, max(s_len) + 1) and batch.src.dtype == torch.long
     assert batch.tgt_in.shape == batch.tgt_out.shape == (3, max(t_len) + 1)
@@ -126,3 +127,30 @@ def test_make_batch(tokenizer: Tokenizer, tmp_path: Path) -> None:
         assert batch.tgt_out[row].tolist() == ids + [EOS_ID] + pad
     assert batch.src[1].tolist()[:1] == [EOS_ID]  # empty source line: EOS only
     assert len(batch.to("cpu")) == 3
+
+
+class ListPairs:
+    """Pairs from lists of ids (the `Pairs` protocol), for batches without files."""
+
+    def __init__(self, src: list[list[int]], tgt: list[list[int]]) -> None:
+        self._src, self._tgt = src, tgt
+
+    def src(self, i: int) -> np.ndarray:
+        return np.array(self._src[i], dtype=np.int64)
+
+    def tgt(self, i: int) -> np.ndarray:
+        return np.array(self._tgt[i], dtype=np.int64)
+
+
+@pytest.mark.parametrize("specials", [
+    SpecialIds(pad=9, unk=1, start=9, eos=0),  # a decoder that starts from pad (Marian's)
+    SpecialIds(pad=1, unk=3, start=2, eos=2),  # one that starts from eos (M2M100's, NLLB's)
+])
+def test_make_batch_takes_the_special_ids_it_is_given(specials: SpecialIds) -> None:
+    data = ListPairs(src=[[5, 6, 7], [8]], tgt=[[4, 5], [6, 7, 8]])
+    batch = make_batch(data, [0, 1], specials)
+    pad, eos, start = specials.pad, specials.eos, specials.start
+    assert batch.src.tolist() == [[5, 6, 7, eos], [8, eos, pad, pad]]
+    assert batch.tgt_out.tolist() == [[4, 5, eos, pad], [6, 7, 8, eos]]
+    assert batch.tgt_in.tolist() == [[start, 4, 5, pad], [start, 6, 7, 8]]
+    assert batch.ntokens == 7

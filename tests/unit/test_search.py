@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from builders import (
     EOS,
     LONG_RECOVERS,
     PAD,
+    SPECIALS,
     UNK,
     VOCAB,
     A,
@@ -24,16 +26,16 @@ from builders import (
     table,
 )
 
+from mtkit.data.tokenizer import SpecialIds
 from mtkit.decode import beam as beam_rules
 from mtkit.decode import search
 from mtkit.decode.beam import parent_slots, top_candidates
-from mtkit.decode.search import (
-    Hypothesis,
-    beam_search,
-    greedy_search,
-    max_lengths,
-    source_lengths,
-)
+from mtkit.decode.search import Hypothesis, max_lengths
+
+# the searches and length rule with the scripted vocabulary's special ids (builders.SPECIALS)
+greedy_search = partial(search.greedy_search, specials=SPECIALS)
+beam_search = partial(search.beam_search, specials=SPECIALS)
+source_lengths = partial(search.source_lengths, specials=SPECIALS)
 
 # --------------------------------------------------------------------------- scripted inputs
 
@@ -326,3 +328,24 @@ def test_length_groups_keep_a_batch_of_similar_lengths_whole_and_in_order():
 def test_length_groups_split_mixed_lengths_shortest_first(monkeypatch):
     monkeypatch.setattr(search, "PAD_SLACK_TOKENS", 0)
     assert search.length_groups([80, 2, 79, 3, 2]) == [[1, 4], [3], [2, 0]]
+
+
+@pytest.mark.parametrize("specials", [
+    SpecialIds(pad=9, unk=1, start=9, eos=0),  # the decoder starts from pad (Marian's)
+    SpecialIds(pad=1, unk=3, start=2, eos=2),  # it starts from eos (M2M100's, NLLB's)
+])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_the_searches_take_the_special_ids_of_the_model(specials: SpecialIds,
+                                                        use_cache: bool) -> None:
+    """Rows start from the model's start token, end on its eos, and never produce its pad,
+    the likeliest token here; eos stays allowed when it is also the start token."""
+    pad, eos = specials.pad, specials.eos
+    model = ScriptedModel(table({(): {pad: 0.6, A: 0.3, eos: 0.1}, (A,): {pad: 0.5, eos: 0.4}},
+                                default={eos: 1.0}), specials=specials)
+    src = torch.tensor([[A, B, eos], [C, eos, pad]])
+    greedy = search.greedy_search([model], src, use_cache=use_cache, specials=specials)
+    assert [h.tokens for h in greedy] == [[A], [A]]
+    beams = search.beam_search([model], src, beam=2, nbest=2, lenpen=0.0, use_cache=use_cache,
+                               specials=specials)
+    assert [[h.tokens for h in hyps] for hyps in beams] == [[[A], []]] * 2
+    assert search.source_lengths(src, specials).tolist() == [2, 1]

@@ -11,7 +11,19 @@ import threading
 
 import pytest
 import torch
-from builders import BOS, LONG_RECOVERS, PAD, A, B, C, D, ScriptedModel, raw_recipe, table
+from builders import (
+    BOS,
+    LONG_RECOVERS,
+    PAD,
+    SPECIALS,
+    A,
+    B,
+    C,
+    D,
+    ScriptedModel,
+    raw_recipe,
+    table,
+)
 
 from mtkit.config import DecodeConfig, ModelConfig, recipe_from_dict
 from mtkit.decode.engine import TorchEngine
@@ -24,6 +36,7 @@ class LetterTokenizer:
     """A stand-in tokenizer for scripted models: the words a b c d are tokens A B C D."""
 
     ids = {"a": A, "b": B, "c": C, "d": D}
+    specials = SPECIALS
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:
         return [[self.ids[word] for word in line.split()] for line in lines]
