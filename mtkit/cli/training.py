@@ -128,6 +128,7 @@ def train(
         if not restart:
             check_resumable_on(run_dir_of(recipe, run_dir), loaded.train, nproc)
         dist.run_torchrun(nproc, sys.argv[1:])
+        return  # the ranks ran the pipeline
     set_threads(threads or loaded.train.threads)
     torch_device = dist.setup(device, loaded.train.dist_timeout, threads or loaded.train.threads)
     try:
