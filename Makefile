@@ -38,6 +38,8 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check mtkit tests bench
 
+# Each script appends its record to bench/work/results.jsonl (untracked); the records
+# docs/benchmarks.md cites are promoted to bench/records.jsonl with bench/promote.py.
 # The decoding benchmarks need a trained model: the demo's by default (make demo first),
 # or e.g. make bench BENCH_MODEL=runs/bible-es-en/model.pt
 BENCH_MODEL ?= runs/demo/model.pt

@@ -1,7 +1,7 @@
 """Benchmark: how fast `binarize` encodes a corpus, and how much memory it needs.
 
 Trains a joint 8k unigram tokenizer on the Bible train split, then times binarize of
-train+dev+test. Prints one JSON line and appends it to bench/results.jsonl.
+train+dev+test. Prints one JSON line and appends it to bench/work/results.jsonl.
 
     python bench/binarize.py [--data DIR] [--workers N] [--vocab-size N]
 

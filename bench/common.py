@@ -1,4 +1,5 @@
-"""Shared by the bench scripts: machine facts, the Bible data, and the results file."""
+"""Shared by the bench scripts: machine facts, the Bible data, and the record each writes
+(to bench/work/results.jsonl, untracked; the schema is bench/records.py's)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import shlex
 import sys
 import time
 from pathlib import Path
+
+from records import SCHEMA, UNKNOWN, WORK_RESULTS, this_cpu, without_machine_paths
 
 HERE = Path(__file__).resolve().parent
 
@@ -60,27 +63,13 @@ AVX2_ONLY = ("ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_C
              "CT2_FORCE_CPU_ISA=AVX2 CT2_USE_MKL=0")
 
 
-@functools.cache
-def cpu() -> dict:
-    """The CPU's name and the vector instructions that decide kernel speed (Linux)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {}
-    fields = dict(line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("flags", "").split())
-    return {"name": fields.get("model name", ""), "avx512": "avx512f" in flags,
-            "vnni": bool(flags & {"avx512_vnni", "avx_vnni"}), "amx": "amx_tile" in flags}
-
-
 def machine() -> dict:
     import numpy
     import sentencepiece
     import torch
 
     return {
-        "cpu": cpu(),
+        "cpu": this_cpu(),
         "isa_limits": {name: os.environ[name] for name in ISA_LIMITS if name in os.environ},
         "cpu_count": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)),
@@ -115,18 +104,21 @@ def mtkit_code() -> str | None:
 
 
 def record(figure: str, values: dict, script: str) -> dict:
-    """Print one JSON line and append it to bench/results.jsonl."""
-    entry = {
+    """Print one JSON line and append it to bench/work/results.jsonl (untracked: the
+    records the docs cite are promoted from there with bench/promote.py)."""
+    entry = without_machine_paths({
+        "schema": SCHEMA,
         "figure": figure,
         **values,
-        "mtkit_code": mtkit_code(),
+        "mtkit_code": mtkit_code() or UNKNOWN,
         "machine": machine(),
         "command": shlex.join(["python", script, *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+    })
     line = json.dumps(entry)
     print(line, flush=True)
-    with open(HERE / "results.jsonl", "a", encoding="utf-8") as f:
+    WORK_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with open(WORK_RESULTS, "a", encoding="utf-8") as f:
         f.write(line + "\n")
     return entry
 

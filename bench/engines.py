@@ -12,7 +12,7 @@ same model (`mtkit export --quantization float32`, and int8; export's default is
 Each measurement runs in a fresh process (CTranslate2's OpenMP runtime, once it has run,
 slows torch's threads in the same process), and the rounds interleave the engines and
 thread counts, so a slow spell of a shared machine hits them alike. Prints one JSON line
-(appended to bench/results.jsonl) and a Markdown table: per engine its best figure and
+(appended to bench/work/results.jsonl) and a Markdown table: per engine its best figure and
 the threads it came at, and the ratios mtkit / CTranslate2 (fp32 against float32, int8
 against int8; for latency, lower is better, for throughput higher). mtkit stops each
 sentence's search by --stop (early, the default, exact, or top); CTranslate2 by its own
