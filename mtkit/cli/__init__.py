@@ -16,6 +16,9 @@ import sys
 
 import typer
 
+# typer carries its own copy of click; its usage errors are these classes
+from typer._click import exceptions as click
+
 from mtkit.cli import reports, training, translation
 from mtkit.errors import MtkitError
 from mtkit.runtime.logs import log_to_stderr
@@ -32,16 +35,16 @@ app = typer.Typer(
 _debug = False
 
 # in the order `mtkit --help` lists them
-app.command("spm-train")(training.spm_train)
-app.command()(training.binarize)
-app.command()(training.train)
-app.command()(training.average)
-app.command()(reports.info)
-app.command()(translation.translate)
-app.command()(translation.export)
-app.command()(reports.plot)
-app.command()(translation.serve)
-app.command()(reports.score)
+COMMANDS = {
+    "spm-train": training.spm_train, "binarize": training.binarize, "train": training.train,
+    "average": training.average, "info": reports.info, "translate": translation.translate,
+    "export": translation.export, "plot": reports.plot, "serve": translation.serve,
+    "score": reports.score,
+}
+for _name, _function in COMMANDS.items():
+    # the docstring's first paragraph whole: click would cut it to fit one line
+    _summary = " ".join((_function.__doc__ or "").split("\n\n")[0].split())
+    app.command(_name, short_help=_summary)(_function)
 
 
 def _version(value: bool) -> None:
@@ -64,10 +67,18 @@ def _main(
 
 
 def main() -> None:
-    """Entry point: click handles usage errors (exit 2) and a closed stdout (quiet exit);
-    mtkit's own errors become one line on stderr."""
+    """Entry point: usage errors and mtkit's own errors become one line on stderr with
+    exit code 2; a closed stdout ends quietly."""
     try:
-        app()
+        code = app(standalone_mode=False)
+    except click.NoArgsIsHelpError as exc:
+        exc.show()  # `mtkit` alone: the help, as click prints it
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:  # a usage error: an unknown option, a missing value
+        sys.stderr.write(f"mtkit: error: {usage_error(exc, sys.argv[1:])}\n")
+        sys.exit(exc.exit_code)
+    except typer.Abort:  # end of input at a prompt
+        sys.exit(1)
     except MtkitError as exc:
         if _debug:
             raise
@@ -75,6 +86,23 @@ def main() -> None:
         where = f"[rank {rank}] " if rank != "0" else ""  # under torchrun every rank may say it
         sys.stderr.write(f"{where}mtkit: error: {exc}\n")
         sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)  # --help and --version: 0
+
+
+# short flags that meant something else before every command agreed on them
+MOVED = {("score", "-m"): "--metrics"}
+
+
+def usage_error(exc: click.ClickException, argv: list[str]) -> str:
+    """click's message on one line, after the command it is about, with where to look."""
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    command = next((arg for arg in argv if arg in COMMANDS), None)
+    option = getattr(exc, "option_name", None)
+    if (command, option) in MOVED:
+        message += f" (use {MOVED[command, option]})"
+    if command is None:
+        return f"{message}; see mtkit --help"
+    return f"{command}: {message}; see mtkit {command} --help"
 
 
 if __name__ == "__main__":

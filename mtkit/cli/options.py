@@ -1,30 +1,65 @@
-"""Options and helpers that several commands share."""
+"""Options and helpers that several commands share.
+
+One long option means one thing and has one short flag in every command: `-m/--model`,
+`-i/--input`, `-o/--output` (`score` keeps sacrebleu's long names and short flags of its
+own, `-r`, `-s`, `-lc`). tests/unit/test_cli_options.py reads every command's options and
+holds the commands to it. Metavars are words (MODEL, FILE, N); decode settings that come
+from the model say so as their default.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 
 from mtkit.errors import ConfigError
 
-RecipeArg = typer.Argument(None, help="The recipe YAML file.", show_default=False)
-RunDirOpt = typer.Option(None, "--run-dir", help="Run directory [default: runs/RECIPE_STEM].")
-SetOpt = typer.Option(
-    None, "--set", help="Override a recipe key, e.g. --set train.lr=0.001 (repeatable)."
-)
-DeviceOpt = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto.")
-ThreadsOpt = typer.Option(0, "--threads", help="CPU threads for torch (0 = default).")
+T = TypeVar("T")
+FROM_MODEL = "from the model"  # the default shown for a decode setting the recipe holds
 
-# translate and serve
-BeamOpt = typer.Option(None, "--beam", help="Beam size (1 = greedy).")
-LenpenOpt = typer.Option(None, "--lenpen", help="Length penalty exponent.")
-MaxTokensOpt = typer.Option(4096, "--max-tokens", help="Source tokens per batch.")
+RecipeArg = typer.Argument(None, metavar="[RECIPE]", help="The recipe YAML file.",
+                           show_default=False)
+RunDirOpt = typer.Option(None, "--run-dir", metavar="DIR", show_default="runs/RECIPE_STEM",
+                         help="Run directory.")
+SetOpt = typer.Option(
+    None, "--set", metavar="KEY=VALUE",
+    help="Override a recipe key, e.g. --set train.lr=0.001 (repeatable).",
+)
+DeviceOpt = typer.Option("auto", "--device", metavar="DEVICE",
+                         help="cpu, cuda, cuda:N or auto.")
+ThreadsOpt = typer.Option(0, "--threads", metavar="N", help="CPU threads for torch (0 = default).")
+
+# translate and serve: the decode settings (defaults: the recipe stored in the model)
+BeamOpt = typer.Option(None, "--beam", metavar="N", show_default=FROM_MODEL,
+                       help="Beam size (1 = greedy).")
+LenpenOpt = typer.Option(None, "--lenpen", metavar="X", show_default=FROM_MODEL,
+                         help="Length penalty: score / length^X.")
+StopOpt = typer.Option(
+    None, "--stop", metavar="RULE", show_default=FROM_MODEL,
+    help="When beam search ends a sentence: early (no live hypothesis would beat the "
+    "n-best by ending next), exact (none could, at any length) or top (none has a higher "
+    "log-probability; CTranslate2's rule, in effect).",
+)
+NbestOpt = typer.Option(None, "--nbest", metavar="N", show_default=FROM_MODEL,
+                        help="Hypotheses per input line (translate: TSV when > 1).")
+MaxLenAOpt = typer.Option(None, "--max-len-a", metavar="A", show_default=FROM_MODEL,
+                          help="Output length cap A * source length + B.")
+MaxLenBOpt = typer.Option(None, "--max-len-b", metavar="B", show_default=FROM_MODEL,
+                          help="See --max-len-a.")
+TagOpt = typer.Option(
+    None, "--tag", metavar="NAME",
+    help="Start each line with this corpus tag, as training did for the corpus with "
+    "`tag: NAME` (e.g. BT).",
+)
+MaxTokensOpt = typer.Option(4096, "--max-tokens", metavar="N", help="Source tokens per batch.")
 QuantizeOpt = typer.Option(
-    "none", "--quantize", help="int8: dynamic int8 linear layers (CPU), or none."
+    "none", "--quantize", metavar="MODE", help="int8: dynamic int8 linear layers (CPU), or none."
 )
 EngineOpt = typer.Option(
-    "auto", "--engine", help="torch, ctranslate2, or auto (ctranslate2 for an export dir)."
+    "auto", "--engine", metavar="ENGINE",
+    help="torch, ctranslate2, or auto (ctranslate2 for an export dir).",
 )
 
 
@@ -37,4 +72,18 @@ def load_recipe(recipe: Path | None, overrides: list[str] | None):
 
 
 def run_dir_of(recipe_path: Path, run_dir: Path | None) -> Path:
-    return run_dir if run_dir is not None else Path("runs") / recipe_path.stem
+    """--run-dir, or runs/RECIPE_STEM; a one-line error when it names something that is
+    not a directory."""
+    path = run_dir if run_dir is not None else Path("runs") / recipe_path.stem
+    if path.exists() and not path.is_dir():
+        flag = "--run-dir " if run_dir is not None else "run directory "
+        raise ConfigError(f"{flag}{path}: is a file, expected a directory; give another "
+                          "--run-dir")
+    return path
+
+
+def one_of(new: str, new_value: T | None, old: str, old_value: T | None) -> T | None:
+    """The value of an option or of its hidden old spelling, never both."""
+    if new_value is not None and old_value is not None:
+        raise ConfigError(f"{old} is the old spelling of {new}; give only {new}")
+    return new_value if new_value is not None else old_value

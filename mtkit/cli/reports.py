@@ -9,11 +9,13 @@ from pathlib import Path
 
 import typer
 
+from mtkit.cli.options import one_of
+
 log = logging.getLogger("mtkit")
 
 
 def info(
-    path: Path = typer.Argument(..., metavar="MODEL|RUN_DIR",
+    path: Path = typer.Argument(..., metavar="MODEL|RUN_DIR", show_default=False,
                                 help="A model file, or a run directory (its model.pt)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
 ) -> None:
@@ -26,10 +28,12 @@ def info(
 
 
 def plot(
-    run_dirs: list[Path] = typer.Argument(..., help="Run directories to compare."),
-    output: Path = typer.Option(..., "-o", "--output", help="The PNG file to write."),
+    run_dirs: list[Path] = typer.Argument(..., metavar="RUN_DIR...", show_default=False,
+                                          help="Run directories to compare."),
+    output: Path = typer.Option(..., "-o", "--output", metavar="FILE",
+                                help="The PNG file to write."),
     metrics: list[str] | None = typer.Option(
-        None, "--metric", help="Metric to draw, e.g. train.ppl (repeatable) "
+        None, "--metric", metavar="NAME", help="Metric to draw, e.g. train.ppl (repeatable) "
         "[default: train.loss and valid.bleu]."
     ),
 ) -> None:
@@ -41,16 +45,28 @@ def plot(
 
 
 def score(
-    refs: list[Path] = typer.Option(..., "--ref", "-r", help="Reference file (repeatable)."),
+    refs: list[Path] = typer.Option(..., "-r", "--ref", metavar="FILE",
+                                    help="Reference file (repeatable)."),
+    hyp: Path | None = typer.Option(None, "-i", "--input", metavar="FILE", show_default="stdin",
+                                    help="Hypotheses."),
+    old_hyp: Path | None = typer.Option(None, "--hyp", hidden=True),  # the old spelling
     systems: list[Path] | None = typer.Option(
-        None, "-s", "--system", help="System output to compare (repeat; the first is baseline)."
+        None, "-s", "--system", metavar="FILE",
+        help="System output to compare (repeat; the first is the baseline).",
     ),
-    hyp: Path | None = typer.Option(None, "--hyp", "-i", help="Hypotheses (default stdin)."),
-    metrics: str = typer.Option("bleu,chrf", "--metrics", "-m", help="bleu, chrf, ter."),
+    metrics: str = typer.Option("bleu,chrf", "--metrics", metavar="LIST",
+                                help="Comma-separated: bleu, chrf, ter."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
-    tokenize: str | None = typer.Option(None, "--tokenize", help="sacrebleu tokenizer."),
-    lowercase: bool = typer.Option(False, "--lowercase", "-lc"),
-    tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="Target language code."),
+    tokenize: str | None = typer.Option(None, "--tokenize", metavar="NAME",
+                                        show_default="13a, or the target language's",
+                                        help="BLEU's sacrebleu tokenizer."),
+    lowercase: bool = typer.Option(False, "-lc", "--lowercase", help="Lowercase for BLEU."),
+    chrf_lowercase: bool = typer.Option(False, "--chrf-lowercase", help="Lowercase for chrF."),
+    ter_case_sensitive: bool = typer.Option(
+        False, "--ter-case-sensitive", help="Case-sensitive TER (sacrebleu's default: not)."
+    ),
+    tgt_lang: str | None = typer.Option(None, "--tgt-lang", metavar="CODE",
+                                        help="Target language code, e.g. zh."),
     paired_ar: bool = typer.Option(
         False, "--paired-ar", help="Approximate randomisation instead of bootstrap."
     ),
@@ -59,7 +75,8 @@ def score(
     from mtkit.evaluate.score import ScoreRequest, score_report
 
     sys.stdout.write(score_report(ScoreRequest(
-        refs=tuple(refs), hyp=hyp, systems=tuple(systems or ()), metrics=metrics,
-        as_json=as_json, tokenize=tokenize, lowercase=lowercase, tgt_lang=tgt_lang,
-        paired_ar=paired_ar,
+        refs=tuple(refs), hyp=one_of("--input", hyp, "--hyp", old_hyp),
+        systems=tuple(systems or ()), metrics=metrics, as_json=as_json, tokenize=tokenize,
+        lowercase=lowercase, chrf_lowercase=chrf_lowercase,
+        ter_case_sensitive=ter_case_sensitive, tgt_lang=tgt_lang, paired_ar=paired_ar,
     )))

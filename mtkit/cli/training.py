@@ -15,6 +15,7 @@ from mtkit.cli.options import (
     SetOpt,
     ThreadsOpt,
     load_recipe,
+    one_of,
     run_dir_of,
 )
 from mtkit.errors import ConfigError
@@ -26,12 +27,21 @@ def spm_train(
     recipe: Path | None = RecipeArg,
     run_dir: Path | None = RunDirOpt,
     overrides: list[str] | None = SetOpt,
-    inputs: list[Path] | None = typer.Option(None, "--input", help="Text file (repeatable)."),
-    model_prefix: Path | None = typer.Option(None, "--model-prefix", help="Writes PREFIX.model."),
-    vocab_size: int = typer.Option(8000, "--vocab-size"),
-    model_type: str = typer.Option("unigram", "--model-type", help="unigram or bpe."),
-    character_coverage: float = typer.Option(0.9995, "--character-coverage"),
-    input_sentence_size: int = typer.Option(1_000_000, "--input-sentence-size"),
+    inputs: list[Path] | None = typer.Option(
+        None, "-i", "--input", metavar="FILE", help="Text file (repeatable)."
+    ),
+    model_prefix: Path | None = typer.Option(
+        None, "--model-prefix", metavar="PREFIX", help="Writes PREFIX.model."
+    ),
+    vocab_size: int = typer.Option(8000, "--vocab-size", metavar="N", help="Vocabulary size."),
+    model_type: str = typer.Option("unigram", "--model-type", metavar="TYPE",
+                                   help="unigram or bpe."),
+    character_coverage: float = typer.Option(
+        0.9995, "--character-coverage", metavar="X", help="Share of characters covered."
+    ),
+    input_sentence_size: int = typer.Option(
+        1_000_000, "--input-sentence-size", metavar="N", help="Lines sampled (0 = all)."
+    ),
 ) -> None:
     """Train the SentencePiece tokenizer (from a recipe or from flags)."""
     from mtkit.data.tokenizer import train_recipe_tokenizer, train_sentencepiece
@@ -62,17 +72,25 @@ def binarize(
     recipe: Path | None = RecipeArg,
     run_dir: Path | None = RunDirOpt,
     overrides: list[str] | None = SetOpt,
-    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="SentencePiece model."),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", metavar="FILE",
+                                          help="SentencePiece model."),
     tgt_tokenizer: Path | None = typer.Option(
-        None, "--tgt-tokenizer", help="Target-side model when vocabularies are separate."
+        None, "--tgt-tokenizer", metavar="FILE",
+        help="Target-side model when vocabularies are separate.",
     ),
-    src: Path | None = typer.Option(None, "--src", help="Source text file."),
-    tgt: Path | None = typer.Option(None, "--tgt", help="Target text file."),
-    split: str = typer.Option("train", "--split", help="Split name for --src/--tgt."),
-    out: Path | None = typer.Option(None, "--out", help="Output directory."),
-    workers: int = typer.Option(0, "--workers", help="Encoding processes (0 = all cores)."),
-    max_len: int = typer.Option(256, "--max-len", help="Drop training pairs longer than this."),
-    max_ratio: float = typer.Option(3.0, "--max-ratio", help="Drop pairs with a larger ratio."),
+    src: Path | None = typer.Option(None, "--src", metavar="FILE", help="Source text file."),
+    tgt: Path | None = typer.Option(None, "--tgt", metavar="FILE", help="Target text file."),
+    split: str = typer.Option("train", "--split", metavar="NAME",
+                              help="Split name for --src/--tgt."),
+    output: Path | None = typer.Option(None, "-o", "--output", metavar="DIR",
+                                       help="Output directory."),
+    old_out: Path | None = typer.Option(None, "--out", hidden=True),  # the old spelling
+    workers: int = typer.Option(0, "--workers", metavar="N",
+                                help="Encoding processes (0 = all cores)."),
+    max_len: int = typer.Option(256, "--max-len", metavar="N",
+                                help="Drop training pairs longer than this."),
+    max_ratio: float = typer.Option(3.0, "--max-ratio", metavar="X",
+                                    help="Drop pairs with a larger ratio."),
 ) -> None:
     """Encode parallel text into memory-mapped token arrays."""
     from mtkit.data.binarize import binarize as binarize_files
@@ -85,8 +103,9 @@ def binarize(
         tok = load_recipe_tokenizer(paths.tokenizer, loaded.tokenizer.joint)
         binarize_recipe(loaded, paths, tok, workers)
         return
+    out = one_of("--output", output, "--out", old_out)
     if tokenizer is None or src is None or tgt is None or out is None:
-        raise ConfigError("binarize: give a recipe, or --tokenizer, --src, --tgt and --out")
+        raise ConfigError("binarize: give a recipe, or --tokenizer, --src, --tgt and --output")
     tok = Tokenizer.from_files(tokenizer, tgt_tokenizer)
     binarize_files(tok, {split: (src, tgt)}, out, workers, max_len, max_ratio)
     log.info("binarised data written to %s", out)
@@ -99,12 +118,13 @@ def train(
     restart: bool = typer.Option(False, "--restart", help="Discard the run's training state."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved recipe and exit."),
     until: str | None = typer.Option(
-        None, "--until", help="Stop after this stage: tokenizer, binarize, train, average, eval."
+        None, "--until", metavar="STAGE",
+        help="Stop after this stage: tokenizer, binarize, train, average, eval."
     ),
     device: str = DeviceOpt,
     threads: int = ThreadsOpt,
     nproc: int = typer.Option(
-        0, "--nproc", help="Train with N processes on this machine: the same as "
+        0, "--nproc", metavar="N", help="Train with N processes on this machine: the same as "
         "torchrun --standalone --nproc_per_node N -m mtkit train ..."
     ),
 ) -> None:
@@ -140,9 +160,13 @@ def train(
 
 
 def average(
-    checkpoints: list[Path] | None = typer.Argument(None, help="Checkpoints to average."),
-    output: Path = typer.Option(..., "-o", "--output", help="Where to write the average."),
-    last: int = typer.Option(0, "--last", help="Average the last K step checkpoints of RUN_DIR."),
+    checkpoints: list[Path] | None = typer.Argument(
+        None, metavar="[CHECKPOINT]...", help="Checkpoints to average.", show_default=False
+    ),
+    output: Path = typer.Option(..., "-o", "--output", metavar="FILE",
+                                help="Where to write the average."),
+    last: int = typer.Option(0, "--last", metavar="K",
+                             help="Average the last K step checkpoints of RUN_DIR."),
     best: bool = typer.Option(
         False, "--best", help="Average the best-K checkpoints RUN_DIR kept (train.average)."
     ),

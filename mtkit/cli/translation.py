@@ -10,44 +10,66 @@ from typing import NoReturn
 
 import typer
 
-from mtkit.cli.options import BeamOpt, DeviceOpt, EngineOpt, LenpenOpt, MaxTokensOpt, QuantizeOpt
+from mtkit.cli.options import (
+    BeamOpt,
+    DeviceOpt,
+    EngineOpt,
+    LenpenOpt,
+    MaxLenAOpt,
+    MaxLenBOpt,
+    MaxTokensOpt,
+    NbestOpt,
+    QuantizeOpt,
+    StopOpt,
+    TagOpt,
+    one_of,
+)
 from mtkit.cli.options import ThreadsOpt as ServeThreadsOpt
 from mtkit.errors import ConfigError
 
 log = logging.getLogger("mtkit")
 
-StopOpt = typer.Option(
-    None, "--stop", help="When beam search ends a sentence: early (no live hypothesis "
-    "would beat the n-best by ending next), exact (none could, at any length) or top "
-    "(none has a higher log-probability; CTranslate2's rule, in effect)."
-)
 TranslateThreadsOpt = typer.Option(
-    0, "--threads", help="CPU threads. 0: chosen per batch (CTranslate2: one thread for "
-    "small batches, all cores for large; torch: all cores). N: N intra-op threads."
+    0, "--threads", metavar="N", help="CPU threads. 0: chosen per batch (CTranslate2: one "
+    "thread for small batches, all cores for large; torch: all cores). N: N intra-op threads."
 )
 ShardOpt = typer.Option(
-    None, "--shard", help="I/N: translate only share I (from 0) of N contiguous shares "
-    "of --input's lines, e.g. one job of an array (torchrun shares by rank itself)."
+    None, "--shard", metavar="I/N", help="Translate only share I (from 0) of N contiguous "
+    "shares of --input's lines, e.g. one job of an array (torchrun shares by rank itself)."
 )
-TagOpt = typer.Option(
-    None, "--tag", help="Start each line with this corpus tag, as training did for the "
-    "corpus with `tag: NAME` (e.g. BT)."
+# serve's
+WorkersOpt = typer.Option(
+    1, "--workers", metavar="N", help="Model threads decoding batches side by side, each with "
+    "--threads CPU threads (--threads 0: the cores shared out among them)."
+)
+ProcessesOpt = typer.Option(
+    1, "--processes", metavar="N", help="Server processes on the port, each with its own "
+    "copy of the model and its own --workers (Linux; --threads 0: the cores shared out)."
+)
+BatchWindowOpt = typer.Option(
+    5.0, "--batch-window-ms", metavar="MS", help="A batch starts once no request has come "
+    "for this long (waiting at most 10 times that for more)."
 )
 
 
 def translate(
-    models: list[Path] = typer.Option(..., "-m", "--model", help="Model file (repeat: ensemble)."),
+    models: list[Path] = typer.Option(
+        ..., "-m", "--model", metavar="MODEL", help="Model file or run directory (its "
+        "model.pt); repeat: an ensemble; or a directory `mtkit export` wrote."
+    ),
     beam: int | None = BeamOpt,
     lenpen: float | None = LenpenOpt,
     stop: str | None = StopOpt,
-    nbest: int | None = typer.Option(None, "--nbest", help="Hypotheses per input (TSV when > 1)."),
-    max_len_a: float | None = typer.Option(None, "--max-len-a"),
-    max_len_b: int | None = typer.Option(None, "--max-len-b"),
+    nbest: int | None = NbestOpt,
+    max_len_a: float | None = MaxLenAOpt,
+    max_len_b: int | None = MaxLenBOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
     threads: int = TranslateThreadsOpt,
-    input_file: Path | None = typer.Option(None, "--input", help="Read this file, not stdin."),
-    output_file: Path | None = typer.Option(None, "--output", help="Write here, not stdout."),
+    input_file: Path | None = typer.Option(None, "-i", "--input", metavar="FILE",
+                                           show_default="stdin", help="Read this file."),
+    output_file: Path | None = typer.Option(None, "-o", "--output", metavar="FILE",
+                                            show_default="stdout", help="Write this file."),
     scores: bool = typer.Option(False, "--scores", help="Append TAB + hypothesis score."),
     quiet: bool = typer.Option(False, "--quiet", help="No summary line on stderr."),
     quantize: str = QuantizeOpt,
@@ -55,7 +77,7 @@ def translate(
     shard: str | None = ShardOpt,
     tag: str | None = TagOpt,
 ) -> None:
-    """Translate lines from stdin (or --input) to stdout (or --output).
+    """Translate lines from stdin (or -i FILE) to stdout (or -o FILE).
 
     Under `torchrun --nproc_per_node N -m mtkit translate --input F`, each rank translates
     a contiguous share of F and rank 0 writes them all, in input order."""
@@ -85,17 +107,23 @@ def _quiet_broken_pipe() -> NoReturn:
 
 
 def export(
-    model: Path = typer.Option(..., "-m", "--model", help="The mtkit model to export."),
-    output: Path = typer.Option(..., "-o", "--output", help="The directory to write."),
-    fmt: str = typer.Option("ctranslate2", "--format", help="Export format: ctranslate2."),
-    quantization: str = typer.Option(
-        "int8", "--quantization", help="int8, int8_float32 or float32 weights."
+    model: Path = typer.Option(..., "-m", "--model", metavar="MODEL",
+                               help="The mtkit model to export."),
+    output: Path = typer.Option(..., "-o", "--output", metavar="DIR",
+                                help="The directory to write."),
+    fmt: str = typer.Option("ctranslate2", "--format", metavar="FORMAT",
+                            help="Export format: ctranslate2."),
+    quantize: str | None = typer.Option(
+        None, "--quantize", metavar="TYPE", show_default="int8",
+        help="int8, int8_float32 or float32 weights."
     ),
+    old_quantization: str | None = typer.Option(None, "--quantization", hidden=True),
     force: bool = typer.Option(False, "--force", help="Replace an existing directory."),
 ) -> None:
     """Export a model for CTranslate2 (needs the extra: pip install 'mtkit[ct2]')."""
     from mtkit.decode import ct2
 
+    quantization = one_of("--quantize", quantize, "--quantization", old_quantization) or "int8"
     if fmt != "ctranslate2":
         raise ConfigError(f"--format {fmt}: expected ctranslate2")
     ct2.export(model, output, quantization, force)
@@ -104,40 +132,41 @@ def export(
 
 def serve(
     models: list[Path] = typer.Option(
-        ..., "-m", "--model", help="Model file (repeat: ensemble), or a directory that "
-        "`mtkit export` wrote."
+        ..., "-m", "--model", metavar="MODEL", help="Model file or run directory (its "
+        "model.pt); repeat: an ensemble; or a directory `mtkit export` wrote."
     ),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on "
-                             "(0.0.0.0: every interface)."),
-    port: int = typer.Option(8000, "--port", help="Port (0: any free one; the log says which)."),
+    host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", help="Address to "
+                             "listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, "--port", metavar="N",
+                             help="Port (0: any free one; the log says which)."),
     beam: int | None = BeamOpt,
     lenpen: float | None = LenpenOpt,
+    stop: str | None = StopOpt,
+    nbest: int | None = NbestOpt,
+    max_len_a: float | None = MaxLenAOpt,
+    max_len_b: int | None = MaxLenBOpt,
+    tag: str | None = TagOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
     threads: int = ServeThreadsOpt,
-    workers: int = typer.Option(
-        1, "--workers", help="Model threads decoding batches side by side, each with "
-        "--threads CPU threads (--threads 0: the cores shared out among them)."
-    ),
-    processes: int = typer.Option(
-        1, "--processes", help="Server processes on the port, each with its own copy of "
-        "the model and its own --workers (Linux; --threads 0: the cores shared out)."
-    ),
+    workers: int = WorkersOpt,
+    processes: int = ProcessesOpt,
     quantize: str = QuantizeOpt,
     engine: str = EngineOpt,
-    batch_window_ms: float = typer.Option(
-        5.0, "--batch-window-ms", help="A batch starts once no request has come for this "
-        "long (waiting at most 10 times that for more)."
-    ),
-    max_body_bytes: int = typer.Option(1_000_000, "--max-body-bytes", help="Request body size."),
-    max_lines: int = typer.Option(1000, "--max-lines", help="Lines per request."),
-    max_chars: int = typer.Option(10_000, "--max-chars", help="Characters per line."),
+    batch_window_ms: float = BatchWindowOpt,
+    max_body_bytes: int = typer.Option(1_000_000, "--max-body-bytes", metavar="N",
+                                       help="Request body size."),
+    max_lines: int = typer.Option(1000, "--max-lines", metavar="N", help="Lines per request."),
+    max_chars: int = typer.Option(10_000, "--max-chars", metavar="N",
+                                  help="Characters per line."),
     max_queue: int = typer.Option(
-        4096, "--max-queue", help="Lines waiting for the model; a request beyond gets 503."
+        4096, "--max-queue", metavar="N",
+        help="Lines waiting for the model; a request beyond gets 503."
     ),
-    max_beam: int = typer.Option(16, "--max-beam", help="The widest beam a request may ask for."),
+    max_beam: int = typer.Option(16, "--max-beam", metavar="N",
+                                 help="The widest beam a request may ask for."),
     api_key: str | None = typer.Option(
-        None, "--api-key", envvar="MTKIT_API_KEY", show_envvar=True,
+        None, "--api-key", metavar="KEY", envvar="MTKIT_API_KEY", show_envvar=True,
         help="Answer translation requests only with this key (api_key or Authorization: Bearer)."
     ),
 ) -> None:
@@ -150,7 +179,8 @@ def serve(
     limits = Limits(max_body_bytes=max_body_bytes, max_lines=max_lines, max_chars=max_chars,
                     max_queue=max_queue, max_beam=max_beam)
     serve_forever(ServeOptions(
-        models=tuple(models), host=host, port=port, beam=beam, lenpen=lenpen, quantize=quantize,
+        models=tuple(models), host=host, port=port, beam=beam, lenpen=lenpen, stop=stop,
+        nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b, tag=tag, quantize=quantize,
         device=device, threads=threads, workers=workers, processes=processes, engine=engine,
         max_tokens=max_tokens, batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,
     ))

@@ -18,13 +18,14 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, overload
 
 from mtkit.config import DecodeConfig, replace_checked
 from mtkit.data.batching import token_batches
+from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
 from mtkit.decode.search import Hypothesis
-from mtkit.errors import ConfigError
+from mtkit.errors import CheckpointError, ConfigError
 from mtkit.progress import progress_bar
 from mtkit.runtime.devices import resolve_device, set_threads
 
@@ -72,14 +73,19 @@ class Translator:
     The engine sees only non-empty, token-bounded batches of encoded sources; this class
     keeps the line contract around it. Python use:
 
-        translator = Translator.load("model.pt", beam=5)
+        translator = Translator.load("runs/demo", beam=5)   # or a model file
         translator.translate(["Hola.", "¿Qué tal?"])  # -> two English lines
+        translator.translate("Hola.")                 # -> one English string
+
+    `tag`: a corpus tag the model was trained with, put before every source line.
     """
 
     def __init__(self, engine: Engine, settings: DecodeConfig | None = None,
-                 max_tokens: int = 4096):
+                 max_tokens: int = 4096, tag: str | None = None):
         self.engine = engine
-        self.tokenizer = engine.tokenizer
+        self.tag = tag
+        # a tag the model lacks: DataError
+        self.tokenizer = engine.tokenizer if tag is None else engine.tokenizer.tagged(tag)
         settings = settings if settings is not None else engine.recipe.decode
         if settings.stop not in engine.stop_rules:
             log.warning("this engine stops %s: decode.stop %s does not apply",
@@ -101,15 +107,17 @@ class Translator:
         engine: str = "auto",
         max_tokens: int = 4096,
         option_names: dict[str, str] | None = None,
+        tag: str | None = None,
         **decode: Any,
     ) -> Translator:
-        """Load model file(s) (an ensemble) or a CTranslate2 export; `decode` overrides the
-        recipe's decode settings (beam, lenpen, stop, nbest, max_len_a, max_len_b; None
-        keeps the recipe's). `option_names` lets errors name command-line flags."""
+        """Load model file(s) (an ensemble), run directories (their model.pt) or a
+        CTranslate2 export; `decode` overrides the recipe's decode settings (beam, lenpen,
+        stop, nbest, max_len_a, max_len_b; None keeps the recipe's). `option_names` lets
+        errors name command-line flags."""
         paths = [models] if isinstance(models, (str, Path)) else list(models)
         set_threads(threads)
-        loaded = load_engine([Path(p) for p in paths], engine, quantize, resolve_device(device),
-                             threads)
+        loaded = load_engine([model_file(Path(p)) for p in paths], engine, quantize,
+                             resolve_device(device), threads)
         unknown = sorted(set(decode) - {f.name for f in dataclasses.fields(DecodeConfig)})
         if unknown:
             raise ConfigError(f"Translator.load: unknown decode setting(s) {', '.join(unknown)}")
@@ -119,10 +127,18 @@ class Translator:
             flag = (option_names or {}).get("stop", "stop")
             raise ConfigError(f"{flag} {settings.stop}: this engine stops only "
                               f"{' or '.join(loaded.stop_rules)}; use --engine torch")
-        return cls(loaded, settings, max_tokens)  # a recipe's stop it lacks: a warning
+        return cls(loaded, settings, max_tokens, tag)  # a recipe's stop it lacks: a warning
 
-    def translate(self, lines: Sequence[str]) -> list[str]:
-        """The best translation of each line, one output per input line."""
+    @overload
+    def translate(self, lines: str) -> str: ...
+    @overload
+    def translate(self, lines: Sequence[str]) -> list[str]: ...
+
+    def translate(self, lines: str | Sequence[str]) -> str | list[str]:
+        """The best translation of each line, one output per input line; for one string,
+        its translation (a string with line breaks is one line here, as in a request)."""
+        if isinstance(lines, str):
+            return self.translate([lines])[0]
         return self.texts([hyps[0] for hyps in self.search(lines)])
 
     def search(self, lines: Sequence[str], first_line: int | None = None
@@ -174,6 +190,22 @@ class Translator:
         """The text of each hypothesis, as `translate` prints it (never a line break)."""
         texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         return [t.replace("\r", " ").replace("\n", " ") for t in texts]
+
+
+def model_file(path: Path) -> Path:
+    """The file to load for a `-m` path: a run directory's model.pt; a model file or an
+    export directory as it is (the engine's loader words the errors of those)."""
+    if not path.is_dir() or is_exported_model(path):
+        return path
+    model = path / "model.pt"
+    if model.is_file():
+        return model
+    last = path / "checkpoints" / "checkpoint_last.pt"
+    if last.is_file():
+        raise CheckpointError(f"{path}: the run has no model.pt yet (training has not "
+                              f"finished); give -m {last} to use its latest weights")
+    raise CheckpointError(f"{path}: a directory without model.pt; give a model file, a run "
+                          "directory or a directory `mtkit export` wrote")
 
 
 # --------------------------------------------------------------------------- streaming

@@ -36,9 +36,12 @@ class Score:
 
 
 def make_metric(
-    name: str, tokenize: str | None = None, lowercase: bool = False, tgt_lang: str | None = None
+    name: str, tokenize: str | None = None, lowercase: bool = False, tgt_lang: str | None = None,
+    chrf_lowercase: bool = False, ter_case_sensitive: bool = False,
 ) -> Metric:
-    """A sacrebleu metric object; `tokenize` applies to BLEU only (chrF and TER ignore it).
+    """A sacrebleu metric object, set as sacrebleu's command line sets it: `tokenize` and
+    `lowercase` apply to BLEU only, chrF has `chrf_lowercase`, TER `ter_case_sensitive`
+    (TER is case-insensitive unless asked).
 
     With tokenize=None BLEU picks sacrebleu's default for `tgt_lang`: zh -> zh,
     ja -> ja-mecab, ko -> ko-mecab, anything else -> 13a.
@@ -59,9 +62,9 @@ def make_metric(
                 "(or choose another tokenizer, e.g. char)"
             ) from None
     if key == "chrf":
-        return CHRF(lowercase=lowercase)
+        return CHRF(lowercase=chrf_lowercase)
     if key == "ter":
-        return TER(case_sensitive=not lowercase)
+        return TER(case_sensitive=ter_case_sensitive)
     raise ConfigError(f"unknown metric {name!r}; choose from {', '.join(METRICS)}")
 
 
@@ -95,6 +98,8 @@ def corpus_scores(
     ref_names: Sequence[str] | None = None,
     hyp_name: str | None = None,
     n_bootstrap: int = 0,
+    chrf_lowercase: bool = False,
+    ter_case_sensitive: bool = False,
 ) -> list[Score]:
     """Corpus scores of `hyps` against one or more reference streams, in `metrics` order.
 
@@ -105,7 +110,8 @@ def corpus_scores(
     hyps, refs = list(hyps), [list(r) for r in refs]
     scores = []
     for name in metrics:
-        metric = make_metric(name, tokenize, lowercase, tgt_lang)
+        metric = make_metric(name, tokenize, lowercase, tgt_lang, chrf_lowercase,
+                             ter_case_sensitive)
         result = metric.corpus_score(hyps, refs, n_bootstrap=max(n_bootstrap, 1))
         signature = metric.get_signature().format()
         has_ci = n_bootstrap > 1  # sacrebleu keeps the interval in private fields only
@@ -132,6 +138,8 @@ def compare_systems(
     lowercase: bool = False,
     tgt_lang: str | None = None,
     ref_names: Sequence[str] | None = None,
+    chrf_lowercase: bool = False,
+    ter_case_sensitive: bool = False,
 ) -> list[dict[str, Any]]:
     """Paired significance test of every system against the first one (the baseline).
 
@@ -152,7 +160,8 @@ def compare_systems(
         check_streams(hyps, refs, ref_names, hyp_name=name)
     test = PairedTest(
         named_systems=[(name, list(hyps)) for name, hyps in systems.items()],
-        metrics={m: make_metric(m, tokenize, lowercase, tgt_lang) for m in metrics},
+        metrics={m: make_metric(m, tokenize, lowercase, tgt_lang, chrf_lowercase,
+                                ter_case_sensitive) for m in metrics},
         references=[list(r) for r in refs],
         test_type="bs" if method == "bootstrap" else "ar",
         n_samples=n_samples,

@@ -27,7 +27,9 @@ class ScoreRequest:
     metrics: str = "bleu,chrf"  # comma-separated, as given on the command line
     as_json: bool = False
     tokenize: str | None = None  # sacrebleu's tokenizer; None: the metric's default
-    lowercase: bool = False
+    lowercase: bool = False  # BLEU's, as sacrebleu's -lc
+    chrf_lowercase: bool = False
+    ter_case_sensitive: bool = False  # TER is case-insensitive by default, as in sacrebleu
     tgt_lang: str | None = None
     paired_ar: bool = False  # approximate randomisation instead of the paired bootstrap
 
@@ -39,7 +41,9 @@ def score_report(request: ScoreRequest) -> str:
     refs = [list(read_lines(r)) for r in request.refs]
     ref_names = [str(r) for r in request.refs]
     options: dict[str, Any] = {"tokenize": request.tokenize, "lowercase": request.lowercase,
-                               "tgt_lang": request.tgt_lang, "ref_names": ref_names}
+                               "tgt_lang": request.tgt_lang, "ref_names": ref_names,
+                               "chrf_lowercase": request.chrf_lowercase,
+                               "ter_case_sensitive": request.ter_case_sensitive}
     if request.systems:
         systems = {str(s): list(read_lines(s)) for s in request.systems}
         rows = compare_systems(systems, refs, names,

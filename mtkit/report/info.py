@@ -24,6 +24,8 @@ from mtkit.train.run import RunPaths
 # the model section as --json shows it: fixed keys (dropout is training, not architecture)
 ARCHITECTURE = ("enc_layers", "dec_layers", "d_model", "heads", "ffn_dim", "activation",
                 "norm", "positions", "tie_embeddings", "max_positions")
+# the decode settings translate and serve start from (their options change them)
+DECODE = ("beam", "lenpen", "stop", "nbest", "max_len_a", "max_len_b")
 TRAINED = ("updates", "epoch", "seconds", "tgt_tokens", "tgt_tokens_per_s")  # null if unknown
 
 
@@ -64,6 +66,7 @@ class ModelInfo:
     joint: bool
     model_type: str  # unigram or bpe
     tags: tuple[str, ...]  # the corpus tags the source vocabulary holds (translate --tag)
+    decode: dict[str, Any]  # the recipe's decode settings named in DECODE
     trained: Trained | None  # None: not recorded (bundles of older versions)
     resumable: bool
     data_fingerprints: dict[str, str]
@@ -90,6 +93,7 @@ class ModelInfo:
             "parameters": self.parameters,
             "vocabulary": {"src": self.vocab[0], "tgt": self.vocab[1], "joint": self.joint,
                            "model_type": self.model_type, "tags": list(self.tags)},
+            "decode": dict(self.decode),
             "training": {**training, "resumable": self.resumable,
                          "data_fingerprints": self.data_fingerprints},
             "lineage": {"averaged_from": self.averaged_from,
@@ -123,7 +127,9 @@ class ModelInfo:
         lineage = [("averaged from", p) for p in self.averaged_from] or [("averaged from", "-")]
         lineage.append(("fine-tuned from", "-" if self.parent is None else
                         f"{self.parent.path} (fingerprint {self.parent.fingerprint[:12]})"))
-        groups = [("file", file), ("model", model), ("training", training),
+        decode = [(key, str(value)) for key, value in self.decode.items()]
+        groups = [("file", file), ("model", model),
+                  ("decode (translate's defaults)", decode), ("training", training),
                   ("lineage", lineage)]
         if self.run is not None:
             groups.append((f"run {self.run.run_dir}", _run_rows(self.run)))
@@ -193,6 +199,7 @@ def model_info(path: str | Path) -> ModelInfo:
         joint=tokenizer.joint,
         model_type=recipe.tokenizer.model_type,
         tags=tokenizer.tags,
+        decode={key: getattr(recipe.decode, key) for key in DECODE},
         trained=bundle.trained,
         resumable=bundle.train_state is not None,
         data_fingerprints=dict(bundle.data_fingerprints),

@@ -81,7 +81,8 @@ def decoder(translator: Translator) -> Callable[[DecodeConfig, list[str]], list[
     def decode(settings: DecodeConfig, lines: list[str]) -> list[Translation]:
         mine = getattr(own, "translator", None)
         if mine is None:
-            mine = own.translator = Translator(translator.engine, settings, translator.max_tokens)
+            mine = own.translator = Translator(translator.engine, settings,
+                                               translator.max_tokens, tag=translator.tag)
         mine.settings = settings
         found = mine.search(lines)
         texts = [mine.texts(hyps) for hyps in found]  # what `mtkit translate` prints

@@ -39,8 +39,14 @@ class ServeOptions:
     models: tuple[Path, ...]
     host: str = "127.0.0.1"
     port: int = 8000  # 0: any free port (the log line says which)
-    beam: int | None = None  # None: the model's recipe decides, as in translate
+    # the decode settings, as translate's; None: the model's recipe decides
+    beam: int | None = None
     lenpen: float | None = None
+    stop: str | None = None
+    nbest: int | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
+    tag: str | None = None  # a corpus tag to start every line with
     quantize: str = "none"
     device: str = "auto"
     threads: int = 0  # torch threads of each worker; 0: the cores shared among the workers
@@ -172,11 +178,13 @@ def _service(options: ServeOptions, threads: int) -> Service:
     loaded = Translator.load(
         options.models, device=options.device, threads=threads,
         quantize=options.quantize, engine=options.engine, max_tokens=options.max_tokens,
-        option_names=OPTION_NAMES, beam=options.beam, lenpen=options.lenpen,
+        option_names=OPTION_NAMES, tag=options.tag, beam=options.beam, lenpen=options.lenpen,
+        stop=options.stop, nbest=options.nbest, max_len_a=options.max_len_a,
+        max_len_b=options.max_len_b,
     )
     metrics = ServeMetrics()
     translator = Translator(MeteredEngine(loaded.engine, metrics), loaded.settings,
-                            options.max_tokens)
+                            options.max_tokens, tag=options.tag)
     models = models_answer(loaded, [str(p) for p in options.models], options.limits,
                            options.api_key, options.batch_window_ms)
     batcher = Batcher(decoder(translator), window=options.batch_window_ms / 1000,

@@ -284,7 +284,7 @@ def test_spm_train_then_binarize_from_flags(tmp_path, mtkit_cli):
 
     result = mtkit_cli(
         ["binarize", "--tokenizer", "tok/P.model", "--src", DATA / "train.es",
-         "--tgt", DATA / "train.en", "--out", "bin"],
+         "--tgt", DATA / "train.en", "--out", "bin"],  # the old spelling of -o: still read
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
@@ -506,6 +506,46 @@ def test_score_empty_hypothesis_file(tmp_path, mtkit_inprocess, expect_error):
     (tmp_path / "ref.en").write_text("one\n")
     result = mtkit_inprocess(["score", "--ref", "ref.en", "-i", "hyp.en"], tmp_path)
     expect_error(result, "hypotheses", "no lines")
+
+
+def setup_run_dir_file(d, run):
+    (d / "afile").write_text("not a directory\n")
+    return ["train", bible_recipe(d).name, "--run-dir", "afile"]
+
+
+USAGE_ROWS = {
+    # argv: needles of the one error line (a usage mistake: click's message, one line)
+    ("translate", "--bem", "3"): ["translate:", "--bem", "--beam", "mtkit translate --help"],
+    ("translate",): ["translate:", "--model", "mtkit translate --help"],
+    ("translate", "-m"): ["translate:", "-m", "requires an argument"],
+    ("translate", "-m", "m.pt", "--beam", "wide"): ["translate:", "--beam"],
+    ("score", "-m", "bleu"): ["score:", "-m", "use --metrics"],
+    ("nope",): ["nope", "mtkit --help"],
+    ("binarize", "--out", "a", "-o", "b"): ["--out", "--output"],
+}
+
+
+@pytest.mark.parametrize("argv", list(USAGE_ROWS), ids=" ".join)
+def test_a_usage_mistake_is_one_line(argv, tmp_path, mtkit_inprocess, expect_error):
+    expect_error(mtkit_inprocess(list(argv), tmp_path), *USAGE_ROWS[argv])
+
+
+def test_a_run_dir_that_is_a_file_is_one_line(tmp_path, mtkit_inprocess, expect_error):
+    argv = setup_run_dir_file(tmp_path, None)
+    expect_error(mtkit_inprocess(argv, tmp_path), "--run-dir afile", "is a file")
+
+
+def test_translate_takes_a_run_directory(tiny_run, tmp_path, mtkit_cli, expect_error):
+    lines = "En el principio era el Verbo.\nY dijo Dios.\n"
+    by_dir = mtkit_cli(["translate", "-m", tiny_run.run_dir, "--quiet"], cwd=tmp_path,
+                       input=lines)
+    by_file = mtkit_cli(["translate", "-m", tiny_run.model, "--quiet"], cwd=tmp_path,
+                        input=lines)
+    assert by_dir.returncode == 0, by_dir.stderr
+    assert by_dir.stdout == by_file.stdout and len(by_dir.stdout.splitlines()) == 2
+    (tmp_path / "empty-run").mkdir()
+    expect_error(mtkit_cli(["translate", "-m", "empty-run"], cwd=tmp_path, input=lines),
+                 "empty-run", "model.pt")
 
 
 def test_run_dir_of_another_recipe_is_refused(tiny_run, tmp_path, mtkit_inprocess,

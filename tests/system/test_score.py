@@ -118,3 +118,57 @@ def test_score_significance_prints_a_p_value(tiny_run, half_right, mtkit_cli):
     assert all("baseline" in r[-1] for r in baseline)
     for row in other:
         assert re.search(r"p = 0\.\d{4}", row[-1]), row
+
+
+# --------------------------------------------------------------------------- every option
+
+MIXED = [h.upper() if i % 2 else h for i, h in enumerate(HYPS)]  # so case matters
+OPTION_SETS = {
+    # mtkit score's options: the sacrebleu metrics they stand for
+    "defaults": ([], {}),
+    "-lc": (["-lc"], {"bleu": {"lowercase": True}}),
+    "--chrf-lowercase": (["--chrf-lowercase"], {"chrf": {"lowercase": True}}),
+    "--ter-case-sensitive": (["--ter-case-sensitive"], {"ter": {"case_sensitive": True}}),
+    "--tokenize char": (["--tokenize", "char"], {"bleu": {"tokenize": "char"}}),
+    "--tgt-lang zh": (["--tgt-lang", "zh"], {"bleu": {"trg_lang": "zh"}}),
+}
+
+
+@pytest.mark.parametrize("case", list(OPTION_SETS))
+@pytest.mark.parametrize("nrefs", [1, 2])
+def test_every_option_equals_sacrebleus_api(case, nrefs, tmp_path, mtkit_inprocess):
+    from sacrebleu.metrics import BLEU, CHRF, TER
+
+    args, settings = OPTION_SETS[case]
+    refs = [REF1, REF2][:nrefs]
+    ref_args = [a for i, r in enumerate(refs)
+                for a in ("-r", write_lines(tmp_path / f"ref{i}.txt", r))]
+    hyp = write_lines(tmp_path / "hyp.txt", MIXED)
+    result = mtkit_inprocess(["score", *ref_args, "-i", hyp, "--metrics", "bleu,chrf,ter",
+                              "--json", *args], tmp_path)
+    assert result.returncode == 0, result.stderr
+    ours = json.loads(result.stdout)
+    metrics = [BLEU(**settings.get("bleu", {})), CHRF(**settings.get("chrf", {})),
+               TER(**settings.get("ter", {}))]
+    theirs = [(m.corpus_score(MIXED, refs).score, m.get_signature().format()) for m in metrics]
+    assert [(row["score"], row["signature"]) for row in ours] == theirs
+
+
+def test_defaults_equal_sacrebleus_command(tmp_path, mtkit_inprocess):
+    """TER is case-insensitive and -lc is BLEU's alone, as in sacrebleu's own command."""
+    hyp = write_lines(tmp_path / "hyp.txt", MIXED)
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    for extra in ([], ["-lc"]):
+        cli = sacrebleu_cli(ref, "-i", hyp, "-m", "bleu", "chrf", "ter", "-w", "2", "-f",
+                            "text", *extra)
+        result = mtkit_inprocess(["score", "-r", ref, "--metrics", "bleu,chrf,ter", "-i", hyp,
+                                  *extra], tmp_path)
+        assert result.stdout.splitlines() == [line.strip() for line in cli]
+
+
+def test_the_old_hyp_spelling_still_works(tmp_path, mtkit_inprocess):
+    hyp = write_lines(tmp_path / "hyp.txt", HYPS)
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    new = mtkit_inprocess(["score", "-r", ref, "-i", hyp], tmp_path)
+    old = mtkit_inprocess(["score", "-r", ref, "--hyp", hyp], tmp_path)
+    assert old.returncode == 0 and old.stdout == new.stdout != ""

@@ -265,6 +265,22 @@ def test_an_ensemble_int8_and_an_export_answer_as_translate_does(engine, model, 
     assert started.process.returncode == 0
 
 
+def test_every_decode_option_of_translate_and_a_run_directory(model, tmp_path):
+    """serve takes translate's decode options (-m RUN_DIR too) and answers as translate
+    does with them."""
+    options = ("--beam", "3", "--lenpen", "0.6", "--stop", "exact", "--max-len-a", "0",
+               "--max-len-b", "4")
+    reference = translate_cli(model, tmp_path, LINES, *options)
+    server = start_server(tmp_path, model.parent, *options)  # the run directory
+    try:
+        status, answer = server.post("/v1/translate", {"text": LINES})
+        assert status == 200, answer
+        assert [line["text"] for line in answer["translations"]] == reference
+        assert answer["beam"] == 3
+    finally:
+        stop(server)
+
+
 def test_two_workers_answer_as_translate_and_stop_cleanly(model, tmp_path, expected):
     """--workers 2: two model threads decode steps side by side (tests/unit's batcher
     tests show they do); every answer is still translate's, and SIGTERM still exits 0."""

@@ -207,3 +207,11 @@ def test_errors(tmp_path, spm):
     torch.save(newer, tmp_path / "newer.pt")
     with pytest.raises(CheckpointError, match="newer mtkit"):
         model_info(tmp_path / "newer.pt")
+
+
+def test_decode_settings_are_shown(tmp_path, spm):
+    info = model_info(saved(tmp_path / "m.pt", make_bundle(spm)))
+    decode = info.to_dict()["decode"]
+    assert set(decode) == {"beam", "lenpen", "stop", "nbest", "max_len_a", "max_len_b"}
+    assert rows(info)["beam"] == str(decode["beam"])
+    assert rows(info)["stop"] == decode["stop"]

@@ -27,7 +27,8 @@ from builders import (
 
 from mtkit.config import DecodeConfig, ModelConfig, recipe_from_dict
 from mtkit.decode.engine import TorchEngine
-from mtkit.decode.translate import Translator, read_line_buffers
+from mtkit.decode.translate import Translator, model_file, read_line_buffers
+from mtkit.errors import CheckpointError
 from mtkit.model.loss import label_smoothed_nll
 from mtkit.model.transformer import Transformer
 
@@ -148,3 +149,24 @@ def test_line_buffers_are_bounded_on_a_long_input():
     writer.join()
     os.close(read_fd)
     assert seen == total and max(sizes) <= 500
+
+
+def test_one_string_gives_one_string():
+    engine, _ = scripted_engine()
+    translator = Translator(engine, DecodeConfig(beam=2, lenpen=1.0, stop="exact"))
+    assert translator.translate("a a a") == "a b c d"  # not one translation per character
+    assert translator.translate(["a a a"]) == ["a b c d"]
+
+
+def test_a_run_directory_means_its_model_pt(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "checkpoint_last.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"run: the run has no model.pt yet.*"
+                                              r"checkpoint_last.pt"):
+        model_file(run)
+    (run / "model.pt").write_bytes(b"")
+    assert model_file(run) == run / "model.pt"
+    assert model_file(run / "model.pt") == run / "model.pt"
+    with pytest.raises(CheckpointError, match=r"checkpoints: a directory without model.pt"):
+        model_file(run / "checkpoints")
