@@ -16,8 +16,10 @@ import sys
 
 import typer
 
-# typer carries its own copy of click; its usage errors are these classes
-from typer._click import exceptions as click
+try:  # typer 0.29 and later carry their own copy of click: its usage errors are these
+    from typer._click import exceptions as click
+except ImportError:  # earlier typers use click itself
+    import click.exceptions as click
 
 from mtkit.cli import reports, training, translation
 from mtkit.errors import MtkitError

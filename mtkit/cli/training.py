@@ -129,34 +129,15 @@ def train(
     ),
 ) -> None:
     """Run the recipe pipeline: tokenizer, binarise, train, average, evaluate."""
-    from mtkit.pipeline import STAGES, run_pipeline
-    from mtkit.runtime import distributed as dist
-    from mtkit.runtime.devices import set_threads
+    from mtkit.launch import TrainJob, run_train_job
 
     loaded = load_recipe(recipe, overrides)
     if dry_run:
         sys.stdout.write(loaded.to_yaml())
         return
-    if until is not None and until not in STAGES:
-        raise ConfigError(f"--until {until}: expected one of {', '.join(STAGES)}")
-    if nproc > 1 and not dist.launched():
-        from mtkit.runtime.devices import resolve_device
-        from mtkit.train.trainer import check_resumable_on, updates_per_step
-
-        resolve_device(device)  # bad input ends here, before any process starts
-        updates_per_step(loaded.train, nproc)
-        if not restart:
-            check_resumable_on(run_dir_of(recipe, run_dir), loaded.train, nproc)
-        dist.run_torchrun(nproc, sys.argv[1:])
-        return  # the ranks ran the pipeline
-    set_threads(threads or loaded.train.threads)
-    torch_device = dist.setup(device, loaded.train.dist_timeout, threads or loaded.train.threads)
-    try:
-        run_pipeline(loaded, run_dir_of(recipe, run_dir), until=until, restart=restart,
-                     device=torch_device)
-        dist.wait_for_main()  # leave together: gloo aborts a rank that quits while in use
-    finally:
-        dist.shutdown()
+    run_train_job(TrainJob(loaded, run_dir_of(recipe, run_dir), until=until, restart=restart,
+                           device=device, threads=threads, nproc=nproc,
+                           argv=tuple(sys.argv[1:])))
 
 
 def average(

@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"report"},
     {"serve"},
     {"pipeline"},
+    {"launch"},  # `mtkit train`'s job: the pipeline here, or under torchrun
     {"cli"},
     {"__main__", "__init__"},  # `python -m mtkit`, and the package root: the Python API
 ]
