@@ -13,6 +13,7 @@
 # Run from the repository root; needs python3 with torch (CUDA build), sentencepiece,
 # sacrebleu, typer, pyyaml, tqdm and numpy; mtkit runs from the checkout (PYTHONPATH):
 #
+#   bash bench/gpu_check.sh [OUT_DIR]    # the Bible corpus shipped in recipes/data/
 #   MTKIT_BIBLE_DATA=path/to/bible-es-en bash bench/gpu_check.sh [OUT_DIR]
 #
 # To check the script itself on a CPU, tiny: GPU_CHECK_DEVICE=cpu TRAIN_SECONDS=10
@@ -22,7 +23,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${1:-gpu-check}
-DATA=$(realpath "${MTKIT_BIBLE_DATA:-../shared/data/bible-es-en}")
+# the shipped corpus unpacked by bench/common.py, unless MTKIT_BIBLE_DATA names another
+DATA=$(realpath "${MTKIT_BIBLE_DATA:-$($PY -c 'import sys; sys.path.insert(0, "bench"); import common; print(common.BIBLE)')}")
 export MTKIT_BIBLE_DATA=$DATA
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
 TRAIN_SECONDS=${TRAIN_SECONDS:-150}
@@ -81,12 +83,12 @@ MODEL=$OUT/run/model.pt
 $PY -m mtkit translate -m "$MODEL" --device "$DEVICE" --beam 5 --input "$DATA/test.es" \
   --output "$OUT/test.mtkit.en" 2>&1 | tee "$OUT/decode.log"
 if $PY -c 'import ctranslate2' 2>/dev/null; then
-  $PY -m mtkit export -m "$MODEL" -o "$OUT/ct2" --quantization float32 --force
+  $PY -m mtkit export -m "$MODEL" -o "$OUT/ct2" --quantize float32 --force
   $PY -m mtkit translate -m "$OUT/ct2" --device "$DEVICE" --beam 5 --input "$DATA/test.es" \
     --output "$OUT/test.ct2.en" 2>&1 | tee -a "$OUT/decode.log"
 else
   echo "CTranslate2: skipped, the ctranslate2 package is not installed" | tee -a "$OUT/decode.log"
 fi
 for hyp in "$OUT"/test.*.en; do
-  echo "$hyp: $($PY -m mtkit score -r "$DATA/test.en" --hyp "$hyp" --metrics bleu)"
+  echo "$hyp: $($PY -m mtkit score -r "$DATA/test.en" -i "$hyp" --metrics bleu)"
 done | tee -a "$OUT/decode.log"
