@@ -81,13 +81,14 @@ def translate(
 
     Under `torchrun --nproc_per_node N -m mtkit translate --input F`, each rank translates
     a contiguous share of F and rank 0 writes them all, in input order."""
+    from mtkit.decode.choices import DecodeChoices
     from mtkit.decode.job import TranslateJob, translate_job
     from mtkit.decode.shard import Shard
 
     job = TranslateJob(
         models=tuple(models), input_file=input_file, output_file=output_file,
-        shard=Shard.parse(shard) if shard is not None else None, beam=beam, lenpen=lenpen,
-        stop=stop, nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b,
+        shard=Shard.parse(shard) if shard is not None else None,
+        decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b),
         max_tokens=max_tokens, device=device, threads=threads, quantize=quantize,
         engine=engine, tag=tag, scores=scores, quiet=quiet,
     )
@@ -172,6 +173,7 @@ def serve(
 ) -> None:
     """Serve the model over HTTP: LibreTranslate's /translate, /v1/translate, a page at /
     (needs the extra: pip install 'mtkit[serve]')."""
+    from mtkit.decode.choices import DecodeChoices
     from mtkit.serve.api import Limits
     from mtkit.serve.server import ServeOptions
     from mtkit.serve.server import serve as serve_forever
@@ -179,8 +181,9 @@ def serve(
     limits = Limits(max_body_bytes=max_body_bytes, max_lines=max_lines, max_chars=max_chars,
                     max_queue=max_queue, max_beam=max_beam)
     serve_forever(ServeOptions(
-        models=tuple(models), host=host, port=port, beam=beam, lenpen=lenpen, stop=stop,
-        nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b, tag=tag, quantize=quantize,
+        models=tuple(models), host=host, port=port,
+        decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b), tag=tag,
+        quantize=quantize,
         device=device, threads=threads, workers=workers, processes=processes, engine=engine,
         max_tokens=max_tokens, batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,
     ))

@@ -9,6 +9,7 @@ is written atomically: it appears whole or not at all.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
@@ -17,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from mtkit.decode.choices import OPTION_NAMES, DecodeChoices
 from mtkit.decode.shard import Shard, line_range, receive_shares, send_share
-from mtkit.decode.translate import OPTION_NAMES, Stats, Translator, translate_stream
+from mtkit.decode.translate import Stats, Translator, translate_stream
 from mtkit.errors import ConfigError
 from mtkit.files.atomic import atomic_write
 from mtkit.files.textio import count_lines
@@ -32,13 +34,7 @@ class TranslateJob:
     input_file: Path | None = None  # None: stdin
     output_file: Path | None = None  # None: stdout
     shard: Shard | None = None  # this job's share of input_file; None: all of it
-    # decode settings; None keeps the model's recipe's
-    beam: int | None = None
-    lenpen: float | None = None
-    stop: str | None = None
-    nbest: int | None = None
-    max_len_a: float | None = None
-    max_len_b: int | None = None
+    decode: DecodeChoices = DecodeChoices()
     max_tokens: int = 4096  # source tokens per batch
     device: str = "auto"
     threads: int = 0  # 0: the engine chooses
@@ -59,8 +55,7 @@ def translate_job(job: TranslateJob) -> Stats | None:
     translator = Translator.load(
         job.models, device=device, threads=job.threads, quantize=job.quantize,
         engine=job.engine, max_tokens=job.max_tokens, option_names=OPTION_NAMES,
-        beam=job.beam, lenpen=job.lenpen, stop=job.stop, nbest=job.nbest,
-        max_len_a=job.max_len_a, max_len_b=job.max_len_b,
+        **dataclasses.asdict(job.decode),
     )
     translator.tokenizer = translator.tokenizer.tagged(job.tag)  # a tag the model lacks: error
     in_fd = open_input(job.input_file)

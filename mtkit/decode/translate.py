@@ -62,11 +62,6 @@ class Stats:
 
 # --------------------------------------------------------------------------- translating
 
-# translate's options for the decode settings, so that errors name what the user typed
-OPTION_NAMES = {"beam": "--beam", "lenpen": "--lenpen", "stop": "--stop", "nbest": "--nbest",
-                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b"}
-
-
 class Translator:
     """Text lines in, translations out, through any `engine.Engine`.
 

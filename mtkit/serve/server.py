@@ -11,6 +11,7 @@ process exits 0.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import socket
@@ -21,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from mtkit.decode.choices import DecodeChoices
 from mtkit.errors import ConfigError
 from mtkit.runtime.devices import threads_each
 from mtkit.serve.api import Limits
@@ -39,13 +41,7 @@ class ServeOptions:
     models: tuple[Path, ...]
     host: str = "127.0.0.1"
     port: int = 8000  # 0: any free port (the log line says which)
-    # the decode settings, as translate's; None: the model's recipe decides
-    beam: int | None = None
-    lenpen: float | None = None
-    stop: str | None = None
-    nbest: int | None = None
-    max_len_a: float | None = None
-    max_len_b: int | None = None
+    decode: DecodeChoices = DecodeChoices()  # as translate's
     tag: str | None = None  # a corpus tag to start every line with
     quantize: str = "none"
     device: str = "auto"
@@ -170,7 +166,8 @@ def _threads_per_worker(options: ServeOptions) -> int:
 
 def _service(options: ServeOptions, threads: int) -> Service:
     """The model loaded (as `mtkit translate` loads it), metered, behind a batcher."""
-    from mtkit.decode.translate import OPTION_NAMES, Translator
+    from mtkit.decode.choices import OPTION_NAMES
+    from mtkit.decode.translate import Translator
     from mtkit.serve.app import MeteredEngine, Service, decoder, models_answer
     from mtkit.serve.batcher import Batcher
     from mtkit.serve.metrics import ServeMetrics
@@ -178,9 +175,7 @@ def _service(options: ServeOptions, threads: int) -> Service:
     loaded = Translator.load(
         options.models, device=options.device, threads=threads,
         quantize=options.quantize, engine=options.engine, max_tokens=options.max_tokens,
-        option_names=OPTION_NAMES, tag=options.tag, beam=options.beam, lenpen=options.lenpen,
-        stop=options.stop, nbest=options.nbest, max_len_a=options.max_len_a,
-        max_len_b=options.max_len_b,
+        option_names=OPTION_NAMES, tag=options.tag, **dataclasses.asdict(options.decode),
     )
     metrics = ServeMetrics()
     translator = Translator(MeteredEngine(loaded.engine, metrics), loaded.settings,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from builders import DATA
 
+from mtkit.decode.choices import DecodeChoices
 from mtkit.decode.job import TranslateJob, translate_job
 from mtkit.decode.shard import Shard
 from mtkit.errors import ConfigError
@@ -34,11 +35,11 @@ def test_a_whole_file_is_translated_into_the_output_file(tmp_path):
 @pytest.mark.parametrize("count", [2, 3])
 def test_shares_join_to_the_whole(tmp_path, count):
     whole = tmp_path / "all.hyp"
-    translate_job(job(tmp_path, whole.name, beam=2, nbest=2, scores=True))
+    translate_job(job(tmp_path, whole.name, decode=DecodeChoices(beam=2, nbest=2), scores=True))
     parts = []
     for index in range(count):
         name = f"part.{index}"
-        translate_job(job(tmp_path, name, beam=2, nbest=2, scores=True,
+        translate_job(job(tmp_path, name, decode=DecodeChoices(beam=2, nbest=2), scores=True,
                           shard=Shard(index, count)))
         parts.append((tmp_path / name).read_bytes())
     assert b"".join(parts) == whole.read_bytes()

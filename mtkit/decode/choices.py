@@ -1,0 +1,23 @@
+"""The decode settings a command line chooses, apart from what loads and runs a model:
+`translate` and `serve` take the same ones (and `mtkit --help` needs no torch for them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# translate's options for the decode settings, so that errors name what the user typed
+OPTION_NAMES = {"beam": "--beam", "lenpen": "--lenpen", "stop": "--stop", "nbest": "--nbest",
+                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b"}
+
+
+@dataclass(frozen=True)
+class DecodeChoices:
+    """The decode settings a command line gives (`translate`, `serve`); None keeps the
+    model's recipe's. `Translator.load(..., **dataclasses.asdict(choices))` applies them."""
+
+    beam: int | None = None
+    lenpen: float | None = None
+    stop: str | None = None
+    nbest: int | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
