@@ -1,6 +1,6 @@
 """The web app of `mtkit serve` (FastAPI): routes over one `Service`.
 
-A translation request is read (bounded), parsed and checked (serve_api), measured in
+A translation request is read (bounded), parsed and checked (serve/api.py), measured in
 source tokens, and queued in the batcher; its handler then waits for either the result
 or the client going away, whichever comes first. A client that leaves takes its lines out
 of the queue, or, if they are being decoded already, its result is dropped: either way

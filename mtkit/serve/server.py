@@ -59,7 +59,7 @@ def web_server() -> ModuleType:
     """uvicorn, once it and FastAPI are found; else the one-line error that says how to
     install them."""
     try:
-        import fastapi  # noqa: F401 - serve_app's, imported here to check it is there
+        import fastapi  # noqa: F401 - serve/app.py's, imported here to check it is there
         import uvicorn
     except ImportError:
         raise ConfigError("mtkit serve needs FastAPI and uvicorn; install the extra: "
