@@ -11,13 +11,24 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from builders import DATA, metrics_records, saved_step, weights
 from conftest import CLI_ENV, CliResult, start_mtkit
 
 RUN_V1 = DATA / "run-v1"
-# the model of a 12-step run with the code of commit 5fdf652 (README.md)
+# the model of a 12-step run with the code of commit 5fdf652 (README.md), on an Intel CPU
+# whose torch kernels were the AVX-512 ones
 V1_WEIGHTS_AT_12 = "d5e042f1427c832cfeee255a6cd592cb8bbaa9d4f3c3b6b7afc3a9ee8cb266ca"
 V1_LAST_LOSS_AT_12 = 3.5630208855001335
+V1_CPU = ("GenuineIntel", "AVX512")
+
+
+def this_cpu() -> tuple[str, str]:
+    """The CPU's vendor and torch's kernel level: other kernels sum in another order."""
+    cpuinfo = Path("/proc/cpuinfo")
+    text = cpuinfo.read_text() if cpuinfo.exists() else ""
+    vendor = re.search(r"^vendor_id\s*:\s*(\S+)", text, re.M)
+    return (vendor.group(1) if vendor else "", torch.backends.cpu.get_cpu_capability())
 
 
 # The fixture's step-12 weights were made with torch's multi-threaded kernels, which sum in
@@ -63,8 +74,17 @@ def test_old_run_resumes_to_the_weights_of_an_uninterrupted_run(old_run):
     done = mtkit_with_two_threads(["train", "old.yaml"], cwd=old_run)
     assert done.returncode == 0, done.stderr
     assert "resuming from" in done.stderr and saved_step(last) == 12
-    assert weights_hash(last) == V1_WEIGHTS_AT_12
-    assert metrics_records(old_run / "runs" / "old", "train")[-1]["loss"] == V1_LAST_LOSS_AT_12
+    loss = metrics_records(old_run / "runs" / "old", "train")[-1]["loss"]
+    if this_cpu() == V1_CPU:  # the same kernels: the same bits
+        assert weights_hash(last) == V1_WEIGHTS_AT_12
+        assert loss == V1_LAST_LOSS_AT_12
+    else:  # float rounding differs from the first step; Adam may move a weight by ~lr
+        expected = torch.load(old_run / "expected.step12.weights.pt", weights_only=True)
+        resumed = weights(last)
+        assert resumed.keys() == expected.keys()
+        for name, tensor in expected.items():
+            assert torch.allclose(resumed[name], tensor, atol=5e-3), name
+        assert loss == pytest.approx(V1_LAST_LOSS_AT_12, rel=1e-3)
 
 
 def test_info_reads_the_old_run(old_run, mtkit_cli):
