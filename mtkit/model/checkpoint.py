@@ -59,6 +59,15 @@ class Progress:
     world_size: int = 0
     tokens_per_update: int = 0
     horizon: int = 0  # the update train.schedule ends at; 0: none, or not estimated yet
+    # a max_time budget's horizon is revised as training goes (train/schedule.py): the
+    # last check of it (update, training clock), which the speed is measured from; where
+    # the current decay segment starts (update, rate; update 0: none, the schedule's own
+    # shape); and each estimate and revision as (update, new horizon)
+    checked_step: int = 0
+    checked_elapsed: float = 0.0
+    decay_from_step: int = 0
+    decay_from_lr: float = 0.0
+    revisions: list[tuple[int, int]] = field(default_factory=list)
 
     def record_validation(self, score: float) -> bool:
         """Count a validation (higher score = better) for best-model and patience; True
@@ -75,6 +84,7 @@ class Progress:
     def from_dict(cls, raw: dict[str, Any]) -> Progress:
         progress = cls(**raw)
         progress.top = [(float(score), int(step)) for score, step in progress.top]
+        progress.revisions = [(int(step), int(horizon)) for step, horizon in progress.revisions]
         return progress
 
 

@@ -56,7 +56,7 @@ from mtkit.train.run import (
     seed_everything,
     stop_reason,
 )
-from mtkit.train.schedule import estimate_horizon_when_due, learning_rate
+from mtkit.train.schedule import revise_horizon_when_due, scheduled_lr
 from mtkit.train.stream import BatchStream, Group, RankShare
 
 log = logging.getLogger("mtkit")
@@ -221,7 +221,7 @@ class Trainer:
             progress.elapsed, received = self.ranks.agree(time.monotonic() - start,
                                                           signals.received)
             validated = self.validator is None or progress.step % cfg.valid_every == 0
-            estimate_horizon_when_due(cfg, progress, validated)
+            revise_horizon_when_due(cfg, progress, validated)
             progress.finished = stop_reason(cfg, progress)
             if progress.finished:
                 break
@@ -286,9 +286,7 @@ class Trainer:
 
     def _optimiser_step(self) -> float:
         """Adam at the schedule's learning rate for the next step; returns that rate."""
-        cfg = self.cfg
-        lr = learning_rate(cfg.schedule, self.progress.step + 1, cfg.lr, cfg.warmup_steps,
-                           self.progress.horizon, cfg.min_lr, cfg.decay_fraction)
+        lr = scheduled_lr(self.cfg, self.progress, self.progress.step + 1)
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         self.optimizer.step()

@@ -4,14 +4,19 @@ metrics, stopping rules (max_steps, max_epochs, patience), bad losses, best-K, c
 
 from __future__ import annotations
 
+import os
+import signal
+from types import SimpleNamespace
+
 import pytest
 import torch
 from builders import bible_recipe, metrics_records, prepare, reverse_recipe, reverse_task, weights
 
 from mtkit.config import load_recipe, recipe_from_dict
 from mtkit.decode.translate import Translator
-from mtkit.errors import TrainingDiverged
+from mtkit.errors import Interrupted, TrainingDiverged
 from mtkit.model.checkpoint import load_checkpoint
+from mtkit.train import trainer as trainer_module
 from mtkit.train.run import RunPaths
 from mtkit.train.trainer import Trainer, train
 
@@ -209,25 +214,114 @@ def test_a_decaying_schedule_resumes_bit_identically(tmp_path):
         assert torch.equal(a[key], b[key]), key
 
 
-def test_a_time_budget_sets_the_horizon_once(tmp_path, caplog):
+class FakeClock:
+    """The trainer's clock (time.monotonic in trainer.py), moved only by updates: each
+    takes seconds(training clock before it), the same in a resumed run."""
+
+    def __init__(self, monkeypatch, seconds, interrupt_at: int = 0):
+        self.now = 0.0
+        monkeypatch.setattr(trainer_module, "time", SimpleNamespace(monotonic=self.monotonic))
+        update = Trainer._update
+
+        def timed_update(trainer, *args):
+            self.now += seconds(trainer.progress.elapsed)
+            update(trainer, *args)
+            if trainer.progress.step == interrupt_at:  # as a scheduler would, mid-update
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        monkeypatch.setattr(Trainer, "_update", timed_update)
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def budget_recipe(tmp_path, **train):
+    return bible_recipe(tmp_path, train={
+        "max_steps": 0, "schedule": "wsd", "decay_fraction": 0.5, "min_lr": 1e-4,
+        "warmup_steps": 3, "valid_every": 4, "valid_bleu_lines": 0, "save_every": 4,
+        "log_every": 1, **train}, model={"dropout": 0.3})
+
+
+def test_a_time_budget_on_a_steady_clock_keeps_its_first_estimate(tmp_path, monkeypatch,
+                                                                  caplog):
     """max_time: the horizon is estimated at the first validation after the warmup and
-    stored (an hour's budget, ended here after one epoch by max_epochs)."""
-    path = bible_recipe(tmp_path, train={"max_steps": 0, "max_time": "1h", "max_epochs": 1,
-                                         "schedule": "linear", "warmup_steps": 3,
-                                         "valid_every": 4, "valid_bleu_lines": 0,
-                                         "save_every": 10_000, "log_every": 1})
+    stored; at a steady speed the checks at later validations leave it (an hour's budget
+    at 1 s an update, ended here by max_epochs)."""
+    FakeClock(monkeypatch, lambda clock: 1.0)
+    path = budget_recipe(tmp_path, max_time="1h", max_epochs=1, schedule="linear")
     recipe = load_recipe(path)
     run = tmp_path / "run"
     tokenizer, fingerprints = prepare(recipe, run)
     with caplog.at_level("INFO", logger="mtkit"):
         progress = train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
-    assert progress.step > 4 and progress.horizon > progress.step
+    assert progress.step > 8 and progress.horizon == 3600  # checked at 8 at least
+    assert progress.revisions == [(4, 3600)] and progress.checked_step >= 8
     assert caplog.text.count("linear schedule:") == 1
     assert "valid step 4 |" in caplog.text.split("linear schedule:")[0]  # after validation 1
     saved = load_checkpoint(RunPaths(run).last).train_state.progress
-    assert saved.horizon == progress.horizon
+    assert saved.horizon == progress.horizon and saved.revisions == progress.revisions
     rates = [r["lr"] for r in metrics_records(run, "train")]
     assert rates[2:4] == [0.003] * 2 and rates[4] < 0.003  # the peak until the estimate
+
+
+def slowing(clock: float) -> float:
+    """1 s an update for 12 s, then 2 s: a 30 s budget first fits 30 updates, then 20."""
+    return 1.0 if clock < 12 else 2.0
+
+
+def test_a_time_budget_revises_its_horizon_when_the_machine_slows(tmp_path, monkeypatch,
+                                                                  caplog):
+    """wsd over half the horizon: estimated 30 at update 4 (decay from 15); the machine
+    slows after update 12, the check at 16 sees it and brings the horizon to 20, going on
+    from the rate update 16 ran at; the last update runs at min_lr within the budget."""
+    FakeClock(monkeypatch, slowing)
+    recipe = load_recipe(budget_recipe(tmp_path, max_time=30))
+    run = tmp_path / "run"
+    tokenizer, fingerprints = prepare(recipe, run)
+    with caplog.at_level("INFO", logger="mtkit"):
+        progress = train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    assert progress.revisions == [(4, 30), (16, 20)]
+    assert progress.step == progress.horizon == 20 and progress.elapsed == 28.0
+    assert "end of the wsd schedule (20 updates)" in progress.finished
+    assert "wsd schedule: horizon 30 -> 20 updates at step 16, at 2.00s an update" in caplog.text
+    rates = [r["lr"] for r in metrics_records(run, "train")]
+    assert len(rates) == 20 and rates[-1] == pytest.approx(1e-4)
+    assert all(a >= b for a, b in zip(rates[2:], rates[3:]))  # never rises after the peak
+    assert progress.decay_from_step == 16 and progress.decay_from_lr == rates[15]
+    step = (rates[15] - 1e-4) / 4  # from update 16's rate to min_lr at update 20
+    assert rates[16:] == pytest.approx([rates[15] - step * k for k in (1, 2, 3, 4)])
+    saved = load_checkpoint(RunPaths(run).last).train_state.progress
+    assert (saved.revisions, saved.decay_from_lr) == (progress.revisions, rates[15])
+
+
+def test_a_run_resumed_after_a_revision_follows_the_recorded_schedule(tmp_path,
+                                                                      monkeypatch):
+    """Stopped by SIGTERM at update 17, after the revision at 16, and resumed: the same
+    rates and weights as in one go."""
+    recipe = load_recipe(budget_recipe(tmp_path, max_time=30))
+    whole, run = tmp_path / "whole", tmp_path / "split"
+    with monkeypatch.context() as patched:
+        FakeClock(patched, slowing)
+        tokenizer, fingerprints = prepare(recipe, whole)
+        train(recipe, whole, tokenizer, whole / "data", fingerprints, "cpu")
+    with monkeypatch.context() as patched:
+        FakeClock(patched, slowing, interrupt_at=17)
+        tokenizer, fingerprints = prepare(recipe, run)
+        with pytest.raises(Interrupted):
+            train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    saved = load_checkpoint(RunPaths(run).last).train_state.progress
+    assert saved.step == 17 and saved.revisions == [(4, 30), (16, 20)]
+    torch.manual_seed(1234)  # the resumed run must not depend on the process's RNG state
+    with monkeypatch.context() as patched:
+        FakeClock(patched, slowing)
+        progress = train(recipe, run, tokenizer, run / "data", fingerprints, "cpu")
+    assert progress.step == 20 and progress.revisions == [(4, 30), (16, 20)]
+    rates = {name: [r["lr"] for r in metrics_records(directory, "train")]
+             for name, directory in (("whole", whole), ("split", run))}
+    assert rates["split"] == rates["whole"]
+    a, b = weights(RunPaths(whole).last), weights(RunPaths(run).last)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
 
 
 def test_the_weight_average_resumes_bit_identically_and_is_validated(tmp_path):
