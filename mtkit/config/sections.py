@@ -246,7 +246,8 @@ class TrainConfig:
     schedule: Literal["inverse-sqrt", "linear", "cosine", "wsd"] = field(
         default="inverse-sqrt", metadata=doc(
             "after the warmup: inverse-sqrt (no floor), or linear, cosine or wsd down to "
-            "min_lr at max_steps (or an estimate from max_time)"))
+            "min_lr at max_steps, or within max_time (at an update estimated from the "
+            "speed and revised at each validation)"))
     min_lr: float = field(default=0.0, metadata=between(
         0.0, 10.0, doc="the learning rate that linear, cosine and wsd end at"))
     decay_fraction: float = field(default=0.2, metadata=between(
