@@ -8,7 +8,7 @@ MFU = achieved model FLOP/s / peak FLOP/s of a large matmul measured in the same
 Model FLOPs count the matmuls of forward + backward (3x forward) on real (non-pad) tokens.
 
     python bench/train.py [--threads 2] [--steps 30] [--precision fp32 bf16] [--compile]
-                          [--device cuda] [--shape large] [--max-tokens 4096]
+                          [--device cuda] [--shape large] [--max-tokens 4096] [--profile N]
 
 With --compile the step runs through torch.compile (train.compile: true); compilation
 happens in the --warmup updates, which are not timed. `--shape large` (d_model 512,
@@ -71,7 +71,7 @@ def forward_flops(d: int, ffn: int, vocab: int, enc: int, dec: int,
 
 
 def run(precision: str, compile: bool, steps: int, warmup: int, data: Path,
-        tokenizer, shape: dict, max_tokens: int, device: str) -> dict:
+        tokenizer, shape: dict, max_tokens: int, device: str, profile: int = 0) -> dict:
     raw = {"data": {"train": {"src": "x", "tgt": "y"}, "valid": None},
            "model": shape,
            "train": {"max_tokens": max_tokens, "lr": 0.001, "warmup_steps": 400,
@@ -87,8 +87,8 @@ def run(precision: str, compile: bool, steps: int, warmup: int, data: Path,
             synchronize(device)
             start, tokens, flops = time.perf_counter(), 0.0, 0.0
             meter.flush()
-        group = trainer._next_group()
-        data = trainer.training.epoch(trainer.sampler.epoch)
+        group = trainer.batches.next_group(trainer.progress)
+        data = trainer.batches.training.epoch(trainer.batches.epoch)
         for _, indices in group:
             src_lens, tgt_lens = (torch.from_numpy(n) + 1 for n in data.lengths(indices))
             tokens += float(tgt_lens.sum())
@@ -100,8 +100,25 @@ def run(precision: str, compile: bool, steps: int, warmup: int, data: Path,
             losses.append(round(meter.flush()["loss"], 3))
     synchronize(device)
     seconds = time.perf_counter() - start
-    return {"tokens_per_s": tokens / seconds, "flops_per_s": flops / seconds,
+    ops = profile_updates(trainer, meter, profile) if profile else None
+    return {"profile": ops, "tokens_per_s": tokens / seconds, "flops_per_s": flops / seconds,
             "seconds": seconds, "loss_by_quarter": losses}
+
+
+def profile_updates(trainer: Trainer, meter: TrainMeter, updates: int, top: int = 25
+                    ) -> list[dict]:
+    """The operators of `updates` more updates, by self CPU time: the `top` ones with
+    their share of the whole (forward, backward and optimiser together)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(updates):
+            trainer._update(trainer.batches.next_group(trainer.progress), meter)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return [{"op": e.key, "share": round(e.self_cpu_time_total / total, 4),
+             "calls": e.count // updates} for e in ranked]
 
 
 def main() -> None:
@@ -115,6 +132,8 @@ def main() -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="reference")
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--vocab", type=int, default=8000, help="joint SentencePiece size")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after the timed updates, profile N more: operators by share")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     data, tokenizer = bible_run(args.vocab)
@@ -134,7 +153,11 @@ def main() -> None:
             }, "bench/train.py")
             continue
         result = run(precision, args.compile, args.steps, args.warmup, data, tokenizer, shape,
-                     args.max_tokens, args.device)
+                     args.max_tokens, args.device, args.profile)
+        if result["profile"]:
+            print(f"{precision}: operators by self CPU time over {args.profile} updates")
+            for row in result["profile"]:
+                print(f"  {row['share']:7.1%}  {row['calls']:6d}/update  {row['op']}")
         record("train", {
             "precision": precision, "compile": args.compile, "device": args.device,
             "target_tokens_per_s": round(result["tokens_per_s"]),
@@ -144,6 +167,7 @@ def main() -> None:
             "mfu_vs_fp32_peak": round(result["flops_per_s"] / peaks["fp32"], 3),
             "updates": args.steps, "seconds": round(result["seconds"], 1),
             "loss_by_quarter": result["loss_by_quarter"],
+            **({"profile": result["profile"]} if result["profile"] else {}),
             "shape": shape, "max_tokens": args.max_tokens, "threads": args.threads,
         }, "bench/train.py")
 

@@ -61,23 +61,56 @@ def keep_mask(pad_mask: Tensor) -> Tensor | None:
     return ~pad_mask[:, None, None, :]
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, dropout: float,
+def attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, dropout_p: float,
               causal: bool = False) -> Tensor:
     """Scaled dot-product attention: (B, H, Tq, dh) queries over (B, H, Tk, dh) keys/values.
 
-    A decode step of a large batch has many rows with few queries each (one, or `beam` in
-    cross-attention). There torch's fused CPU kernel, built for long query blocks, is
-    slower than plain batched matmuls; with few rows its lower fixed cost wins
-    (docs/benchmarks.md). Training and GPUs keep the fused kernel.
+    torch's fused kernel, except in two cases where plain batched matmuls win
+    (docs/benchmarks.md): in bf16 on a CPU, where the fused kernel (its backward above all)
+    is several times slower than in fp32 while bf16 matmuls run on the matrix units; and in
+    a decode step of a large batch, many rows with few queries each (one, or `beam` in
+    cross-attention), where the fused kernel, built for long query blocks, pays a fixed
+    cost per row.
     """
     rows, queries = q.size(0), q.size(2)
-    if dropout or causal or q.is_cuda or queries > 8 or rows * queries < 64:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout,
+    if q.dtype == torch.bfloat16 and not q.is_cuda:
+        return explicit_attention(q, k, v, keep, dropout_p, causal)
+    if dropout_p or causal or q.is_cuda or queries > 8 or rows * queries < 64:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
                                               is_causal=causal)
+    return explicit_attention(q, k, v, keep, 0.0, False)
+
+
+def explicit_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None,
+                       dropout_p: float, causal: bool) -> Tensor:
+    """softmax(q k^T / sqrt(dh)) v as matmuls, with the fused kernel's masks and dropout."""
     scores = q @ k.transpose(-1, -2) * q.size(-1) ** -0.5  # (B, H, Tq, Tk)
+    if causal:  # query i sees keys 0..i
+        tq, tk = scores.shape[-2:]
+        keep = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril_()
     if keep is not None:
-        scores = torch.where(keep, scores, NEG_INF)
-    return scores.softmax(dim=-1) @ v  # (B, H, Tq, dh)
+        scores = scores.masked_fill(~keep, NEG_INF)
+    weights = scores.softmax(dim=-1)
+    if dropout_p:
+        weights = dropout(weights, dropout_p)
+    return weights @ v  # (B, H, Tq, dh)
+
+
+def dropout(x: Tensor, p: float) -> Tensor:
+    """Training dropout. bf16 on a CPU draws its mask from 16-bit random numbers, three
+    from each 64-bit draw of the generator: torch's bernoulli_ draws one number per value,
+    slowly, and costs a bf16 step more than its matmuls save. p is then rounded to a
+    multiple of 1/65536 and the kept values scaled by the exact inverse of what is kept.
+    fp32 keeps torch's own dropout, so fp32 runs train as they always have."""
+    if not p or x.dtype != torch.bfloat16 or x.is_cuda:
+        return F.dropout(x, p, training=True)
+    dropped = round(p * 65536)
+    count = x.numel()
+    words = torch.empty((count + 2) // 3, dtype=torch.int64, device=x.device).random_()
+    # random_ fills bits 0..62: the three low 16-bit lanes of each word are uniform
+    lanes = words.view(torch.int16).view(-1, 4)[:, :3]  # (words, 3), values -32768..32767
+    keep = (lanes >= dropped - 32768).reshape(-1)[:count].view(x.shape)
+    return x * keep.to(x.dtype).mul_(65536 / (65536 - dropped))
 
 
 def xavier_(linear: nn.Linear, parts: int = 1) -> None:
@@ -93,7 +126,7 @@ def residual(
     x: Tensor,
     sublayer: Callable[[Tensor], Tensor],
     norm: nn.Module,
-    dropout: float,
+    p: float,
     pre_norm: bool,
     training: bool,
 ) -> Tensor:
@@ -104,7 +137,7 @@ def residual(
     """
     y = sublayer(norm(x) if pre_norm else x)
     if training:  # skipping the call at inference trims per-step overhead in decode_step
-        y = F.dropout(y, dropout, training=True)
+        y = dropout(y, p)
     return x + y if pre_norm else norm(x + y)
 
 

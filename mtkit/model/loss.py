@@ -31,18 +31,34 @@ def label_smoothed_nll(
     return loss, nll, int(keep.sum())
 
 
+# Rows of the (N, V) logits each pass of the loss handles at once: about a million values,
+# so that the fp32 temporaries stay in the cache and come from the allocator's free list
+# instead of fresh pages (the whole (N, V) in fp32 is the largest tensor of a step).
+CHUNK_VALUES = 1 << 20
+
+
+def row_chunks(rows: int, vocab: int) -> list[slice]:
+    step = max(1, CHUNK_VALUES // vocab)
+    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
+
+
 class _SmoothedCrossEntropy(torch.autograd.Function):
-    """Forward reads the logits twice (logsumexp, row sums); backward writes the gradient
-    in one fused pass: (softmax(z) - smoothed_target) * keep."""
+    """Forward reads the logits once per chunk of rows (logsumexp, the target's logit, row
+    sums); backward writes the gradient in one fused pass per chunk:
+    (softmax(z) - smoothed_target) * keep. The maths is fp32 whatever the logits' dtype."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, keep: Tensor, epsilon: float):
-        z = logits.float()  # (N, V); no copy when already fp32
-        vocab = z.size(1)
-        lse = torch.logsumexp(z, dim=1)  # (N,)
-        nll = lse - z.gather(1, target[:, None]).squeeze(1)  # (N,)
-        smooth = vocab * lse - z.sum(dim=1)  # (N,) = sum_v -log p_v
-        weight = keep.to(z.dtype)  # (N,) 0 at padding
+        rows, vocab = logits.shape
+        lse, z_target, z_sum = (logits.new_empty(rows, dtype=torch.float32) for _ in range(3))
+        for part in row_chunks(rows, vocab):
+            z = logits[part].float()  # (n, V); no copy when already fp32
+            lse[part] = torch.logsumexp(z, dim=1)
+            z_target[part] = z.gather(1, target[part, None]).squeeze(1)
+            z_sum[part] = z.sum(dim=1)
+        nll = lse - z_target  # (N,)
+        smooth = vocab * lse - z_sum  # (N,) = sum_v -log p_v
+        weight = keep.to(lse.dtype)  # (N,) 0 at padding
         loss = ((1.0 - epsilon) * nll + (epsilon / vocab) * smooth) * weight
         ctx.save_for_backward(logits, target, lse, weight)
         ctx.epsilon = epsilon
@@ -53,10 +69,18 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         logits, target, lse, weight = ctx.saved_tensors
         eps, vocab = ctx.epsilon, logits.size(1)
         # d loss / d z = softmax(z) - ((1 - eps) onehot + eps / V); d nll / d z = softmax - onehot
-        grad = logits.float() - lse[:, None]  # (N, V)
-        grad.exp_()  # softmax
-        grad.mul_(((grad_loss + grad_nll) * weight)[:, None])
-        grad.sub_((grad_loss * eps / vocab * weight)[:, None])
-        onehot_weight = -(grad_loss * (1.0 - eps) + grad_nll) * weight  # (N,)
-        grad.scatter_add_(1, target[:, None], onehot_weight[:, None])
-        return grad.to(logits.dtype), None, None, None
+        scale = (grad_loss + grad_nll) * weight  # (N,)
+        uniform = grad_loss * eps / vocab * weight  # (N,)
+        onehot = -(grad_loss * (1.0 - eps) + grad_nll) * weight  # (N,)
+        grad = torch.empty_like(logits)
+        in_place = logits.dtype == torch.float32
+        for part in row_chunks(*logits.shape):
+            # (n, V) in fp32: written straight into grad when that is fp32
+            g = torch.sub(logits[part], lse[part, None], out=grad[part] if in_place else None)
+            g.exp_()  # softmax
+            g.mul_(scale[part, None])
+            g.sub_(uniform[part, None])
+            g.scatter_add_(1, target[part, None], onehot[part, None])
+            if not in_place:
+                grad[part] = g
+        return grad, None, None, None

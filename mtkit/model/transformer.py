@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtkit.config import ModelConfig
@@ -32,6 +31,7 @@ from mtkit.model.layers import (
     EncoderLayer,
     FeedForward,
     SelfAttention,
+    dropout,
     keep_mask,
     sinusoidal_positions,
 )
@@ -120,7 +120,7 @@ class Transformer(nn.Module):
         else:
             pos = self.pos_embed.weight[start:end]  # (T, D); a slice, cheaper than a lookup
         x = table(tokens) * self.embed_scale + pos  # (B, T, D)
-        return F.dropout(x, self.cfg.dropout, training=True) if self.training else x
+        return dropout(x, self.cfg.dropout) if self.training else x
 
     # ----------------------------------------------------------------------- full sequences
 

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from mtkit.model import loss as loss_module
 from mtkit.model.loss import label_smoothed_nll
 from mtkit.train.schedule import estimate_horizon, inverse_sqrt_lr, learning_rate
 
@@ -102,6 +103,34 @@ def test_gradient_matches_autograd_of_the_dense_formula(eps):
     ref_nll = (-logp.gather(-1, target[:, None])[:, 0] * keep).sum()
     (ref_loss + 0.5 * ref_nll).backward()
     torch.testing.assert_close(fused, logits.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_rows_equal_one_pass(monkeypatch, dtype):
+    """The loss walks the logits in chunks of rows (a few rows each here, the last one
+    short); loss, nll and gradient equal one pass over all rows, in fp32 and from bf16
+    logits (whose maths runs in fp32, the gradient coming back in bf16)."""
+    torch.manual_seed(2)
+    logits = torch.randn(23, 13).to(dtype).requires_grad_()
+    target = torch.randint(0, 13, (23,))
+    target[::5] = PAD
+    results = []
+    for chunk in (10**9, 13 * 4):  # one chunk; 4 rows a chunk
+        monkeypatch.setattr(loss_module, "CHUNK_VALUES", chunk)
+        logits.grad = None
+        loss, nll, _ = label_smoothed_nll(logits, target, 0.1, PAD)
+        (loss + 0.3 * nll).backward()
+        assert loss.dtype == torch.float32 and logits.grad.dtype == dtype
+        results.append((loss.detach(), nll.detach(), logits.grad.clone()))
+    for one, chunked in zip(*results):
+        torch.testing.assert_close(chunked, one, atol=1e-5, rtol=0)
+    # and bf16 logits give what their fp32 values give
+    reference = logits.detach().float().requires_grad_()
+    loss, nll, _ = label_smoothed_nll(reference, target, 0.1, PAD)
+    (loss + 0.3 * nll).backward()
+    torch.testing.assert_close(results[1][0], loss.detach(), atol=1e-4, rtol=0)
+    torch.testing.assert_close(results[1][2].float(), reference.grad,
+                               atol=0.01 if dtype == torch.bfloat16 else 1e-6, rtol=0)
 
 
 # --------------------------------------------------------------------------- train.schedule

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mtkit.config import ModelConfig
-from mtkit.model.layers import attention, sinusoidal_positions
+from mtkit.model.layers import attention, dropout, explicit_attention, sinusoidal_positions
 from mtkit.model.loss import label_smoothed_nll
 from mtkit.model.step import StepLinear
 from mtkit.model.transformer import Transformer
@@ -209,6 +209,45 @@ def test_decode_step_attention_equals_the_fused_kernel(rows, queries):
     for mask in (None, keep):
         expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         torch.testing.assert_close(attention(q, k, v, mask, 0.0), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_explicit_attention_equals_the_fused_kernel_forward_and_backward(causal):
+    """bf16 attention on a CPU runs as plain matmuls (explicit_attention); in fp32 the same
+    code equals torch's fused kernel, outputs and gradients, causal or with padding."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(3, 2, 7, 8, generator=g, requires_grad=True) for _ in range(3))
+    keep = None if causal else torch.rand(3, 1, 1, 7, generator=g) > 0.3
+    if keep is not None:
+        keep[..., 0] = True
+    grads = []
+    for run in (explicit_attention, None):
+        out = (run(q, k, v, keep, 0.0, causal) if run else
+               torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep,
+                                                                is_causal=causal))
+        grads.append((out.detach(), *torch.autograd.grad(out.square().sum(), (q, k, v))))
+    for ours, fused in zip(*grads):
+        torch.testing.assert_close(ours, fused, atol=1e-5, rtol=0)
+    bf16 = [t.detach().bfloat16() for t in (q, k, v)]
+    out = attention(*bf16, keep, 0.0, causal)  # the bf16 route: explicit matmuls
+    torch.testing.assert_close(out.float(), grads[1][0], atol=0.05, rtol=0)
+
+
+def test_bf16_dropout_keeps_one_minus_p_and_the_mean():
+    """bf16 dropout's own mask (16-bit random numbers): it keeps about 1 - p of the values,
+    scales the kept ones so the mean is unchanged, repeats under the same seed, and its
+    gradient is the same mask and scale."""
+    x = torch.ones(300, 1001, dtype=torch.bfloat16, requires_grad=True)
+    torch.manual_seed(5)
+    y = dropout(x, 0.1)
+    kept = y.ne(0)
+    assert abs(kept.float().mean().item() - 0.9) < 0.003
+    assert abs(y.float().mean().item() - 1.0) < 0.005
+    torch.manual_seed(5)
+    assert torch.equal(dropout(x, 0.1), y)
+    (grad,) = torch.autograd.grad(y.float().sum(), x)
+    assert torch.equal(grad, y.detach())  # 0 where dropped, the scale where kept
+    assert torch.equal(dropout(x, 0.0), x)
 
 
 @pytest.mark.parametrize("rows", [1, 5, 70])
