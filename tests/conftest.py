@@ -56,6 +56,17 @@ def _unit_tests_start_no_processes(request: pytest.FixtureRequest,
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
 
 
+@pytest.fixture(autouse=True)
+def _auto_precision_is_fp32_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """train.precision auto trains in bf16 where a matmul probe finds bf16 fast (AMX
+    CPUs): in process its answer is fp32, so that the same tests compute the same on every
+    machine. Tests of bf16 ask for it (or force the probe); the `mtkit` command in a
+    subprocess probes for real."""
+    from mtkit.runtime import devices
+
+    monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda device: 1.0)
+
+
 # --------------------------------------------------------------------------- data, tokenizer
 
 

@@ -58,13 +58,16 @@ class Progress:
     # update_freq x processes; a resumed run is checked against them
     world_size: int = 0
     tokens_per_update: int = 0
+    precision: str = ""  # train.precision as it ran (auto resolved); "": not recorded
     horizon: int = 0  # the update train.schedule ends at; 0: none, or not estimated yet
     # a max_time budget's horizon is revised as training goes (train/schedule.py): the
-    # last check of it (update, training clock), which the speed is measured from; where
-    # the current decay segment starts (update, rate; update 0: none, the schedule's own
-    # shape); and each estimate and revision as (update, new horizon)
+    # last check of it (update, training clock), which the speed is measured from, and the
+    # seconds an update weighted toward recent checks (0: none yet); where the current
+    # decay segment starts (update, rate; update 0: none, the schedule's own shape); and
+    # each estimate and revision as (update, new horizon)
     checked_step: int = 0
     checked_elapsed: float = 0.0
+    seconds_per_update: float = 0.0
     decay_from_step: int = 0
     decay_from_lr: float = 0.0
     revisions: list[tuple[int, int]] = field(default_factory=list)
@@ -96,10 +99,12 @@ class Trained:
     epoch: int  # the epoch training was in (epochs count from 1)
     seconds: float  # training wall clock, summed over resumed runs
     tgt_tokens: int
+    precision: str = ""  # of the last training job (fp32, bf16); "": not recorded
 
     @classmethod
     def from_progress(cls, progress: Progress) -> Trained:
-        return cls(progress.step, progress.epoch, progress.elapsed, progress.tgt_tokens)
+        return cls(progress.step, progress.epoch, progress.elapsed, progress.tgt_tokens,
+                   progress.precision)
 
     @property
     def tgt_tokens_per_s(self) -> float:

@@ -26,7 +26,8 @@ ARCHITECTURE = ("enc_layers", "dec_layers", "d_model", "heads", "ffn_dim", "acti
                 "norm", "positions", "tie_embeddings", "max_positions")
 # the decode settings translate and serve start from (their options change them)
 DECODE = ("beam", "lenpen", "stop", "nbest", "max_len_a", "max_len_b")
-TRAINED = ("updates", "epoch", "seconds", "tgt_tokens", "tgt_tokens_per_s")  # null if unknown
+# null if unknown
+TRAINED = ("updates", "epoch", "seconds", "tgt_tokens", "tgt_tokens_per_s", "precision")
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,8 @@ class ModelInfo:
         training = [("updates", "not recorded")] if t is None else [
             ("updates", f"{t.updates:,}"), ("epoch", str(t.epoch)),
             ("training time", _duration(t.seconds)),
-            ("target tokens/s", f"{t.tgt_tokens_per_s:,.0f}")]
+            ("target tokens/s", f"{t.tgt_tokens_per_s:,.0f}"),
+            ("precision", t.precision or "not recorded")]
         training.append(("resumable", "yes (full training state)" if self.resumable
                          else "no (weights only)"))
         training += [(f"data {name}", fp[:12]) for name, fp in self.data_fingerprints.items()]

@@ -8,6 +8,8 @@ process (a binarize worker, say) nothing.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mtkit.errors import ConfigError
@@ -50,3 +52,50 @@ def threads_each(sharers: int) -> int:
     """CPU threads for each of `sharers` model threads or processes that share this
     process's cores: an equal part, at least one."""
     return max(1, usable_cores() // sharers)
+
+
+# train.precision auto trains in bf16 where a bf16 matmul runs at least this many times
+# as fast as an fp32 one: the step's other work (norms, softmax, the optimiser) gains less
+BF16_SPEEDUP_NEEDED = 2.0
+
+
+def bf16_matmul_speedup(device: torch.device) -> float:
+    """How many times faster a bf16 matmul of a training step's size runs than an fp32 one
+    on this CPU (the best of a few of each). CPUs with AMX or AVX-512 BF16 run it on their
+    matrix or dot-product units; elsewhere it is emulated and slower than fp32."""
+    import torch
+
+    a, b = torch.randn(512, 256, device=device), torch.randn(256, 512, device=device)
+
+    def best_seconds(x: torch.Tensor, y: torch.Tensor, budget: float = 0.25) -> float:
+        x @ y  # the first call sets up kernels and threads
+        best, spent = float("inf"), 0.0
+        for _ in range(5):
+            start = time.perf_counter()
+            x @ y
+            took = time.perf_counter() - start
+            best, spent = min(best, took), spent + took
+            if spent > budget:  # an emulated bf16 is slow: a few calls tell
+                break
+        return best
+
+    return best_seconds(a, b) / best_seconds(a.bfloat16(), b.bfloat16())
+
+
+def resolve_precision(requested: str, device: torch.device,
+                      speedup: Callable[[torch.device], float] | None = None
+                      ) -> tuple[str, str]:
+    """train.precision as it will run, and why: fp32 and bf16 as asked; auto is bf16 on a
+    CUDA device that has it and on a CPU where `speedup` (a matmul probe) finds bf16 at
+    least BF16_SPEEDUP_NEEDED times as fast as fp32 (the probe: bf16_matmul_speedup),
+    fp32 elsewhere."""
+    import torch
+
+    if requested != "auto":
+        return requested, "train.precision"
+    if device.type == "cuda":
+        fast = torch.cuda.is_bf16_supported()
+        return ("bf16" if fast else "fp32"), f"auto: this GPU {'has' if fast else 'lacks'} bf16"
+    ratio = (speedup or bf16_matmul_speedup)(device)
+    chosen = "bf16" if ratio >= BF16_SPEEDUP_NEEDED else "fp32"
+    return chosen, f"auto: a bf16 matmul ran {ratio:.2f}x as fast as fp32 on this CPU"

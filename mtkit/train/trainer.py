@@ -38,7 +38,7 @@ from mtkit.model.checkpoint import (
 from mtkit.model.loss import label_smoothed_nll
 from mtkit.model.transformer import Transformer
 from mtkit.progress import progress_bar
-from mtkit.runtime.devices import resolve_device
+from mtkit.runtime.devices import resolve_device, resolve_precision
 from mtkit.train.ema import WeightEMA
 from mtkit.train.keeper import CheckpointKeeper
 from mtkit.train.lines import show_train, show_valid
@@ -87,6 +87,10 @@ class Trainer:
         self.ranks = Ranks.of_this_job(resolve_device(device))
         self.device = self.ranks.device
         self.update_freq = updates_per_step(cfg, self.ranks.world_size)
+        # rank 0's answer for every rank: a probe's timing could differ between ranks
+        self.precision, why = self.ranks.writers(
+            lambda: resolve_precision(cfg.precision, self.device))
+        log.info("training in %s (%s)", self.precision, why)
         training = TrainingSet(data_dir, recipe, tokenizer, announce=self.ranks.writes)
         max_len = recipe.model.max_positions - 1  # tokens per side before EOS/BOS
         self.batches = BatchStream(training, cfg, self.update_freq, self.ranks, max_len,
@@ -188,6 +192,7 @@ class Trainer:
         self.paths.run_dir.mkdir(parents=True, exist_ok=True)
         record_job(self.progress, self.cfg, self.update_freq, self.ranks.world_size,
                    self.device)
+        self.progress.precision = self.precision
         start = time.monotonic() - self.progress.elapsed
         bar = progress_bar(self.cfg.max_steps, "step", initial=self.progress.step)
         self.metrics.open_tensorboard(self.paths.tensorboard, self.progress.step)
@@ -280,7 +285,7 @@ class Trainer:
         return loss_sum, nll_sum
 
     def _autocast(self) -> AbstractContextManager:
-        if self.cfg.precision == "bf16":
+        if self.precision == "bf16":
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
