@@ -10,13 +10,15 @@
 The horizon is the update the schedule ends at. For train.max_steps it is max_steps, fixed.
 For a train.max_time budget it is first estimated from the mean speed at the first
 validation after the warmup (`estimate_horizon`), then checked at every validation after
-it (every train.valid_every updates without a validation set) against the speed since the
-last check (`revised_horizon`): a machine that slows or speeds up moves the horizon, so
-that the rate still reaches min_lr within the budget. A horizon that no longer fits, or
-leaves more than a margin of the budget unused, is revised to leave that margin
-(SAFETY_MARGIN) spare; a steady machine keeps its first estimate. Once the decay is
-under way a revision cannot make the rate jump: from the update it is made at, the rate
-goes straight from where it is to min_lr at the new horizon (the decay's anchor).
+it (every train.valid_every updates without a validation set) against the recent speed
+(`revised_horizon`), so that the rate reaches min_lr within the budget whether the
+machine slows or speeds up. The recent speed is the slower of the speed since the last
+check and an average weighted toward the recent checks: a slowdown counts at once, a
+speed-up (or a lucky stretch) only as it lasts. A horizon that no longer fits, or leaves
+more than twice SAFETY_MARGIN of the budget unused, is revised to leave that margin
+spare; a steady machine keeps its first estimate. Once the decay is under way a revision
+cannot make the rate jump: from the update it is made at, the rate goes straight from
+where it is to min_lr at the new horizon (the decay's anchor).
 
 Horizon, anchor and the revisions are stored in the checkpoint's Progress, and the rate
 is a pure function of them (`scheduled_lr`), never of the clock: a resumed run follows
@@ -108,17 +110,19 @@ def estimate_horizon(step: int, elapsed: float, budget: float) -> int:
     return max(step + 1, int(budget / max(seconds_per_update, 1e-9)))
 
 
-def revised_horizon(horizon: int, step: int, elapsed: float, since: tuple[int, float],
+def revised_horizon(horizon: int, step: int, elapsed: float, seconds_per_update: float,
                     budget: float, margin: float) -> int:
-    """The horizon after a check at update `step`, `elapsed` seconds in, at the speed since
-    the last check (`since`: its update and clock). It stays while it fits the budget with
-    at most `margin` seconds to spare; otherwise the budget less the margin sets it: fewer
-    updates after a slowdown, more after a speed-up. At least the next update."""
-    seconds_per_update = max((elapsed - since[1]) / max(step - since[0], 1), 1e-9)
+    """The horizon after a check at update `step`, `elapsed` seconds in, at the speed
+    expected from here. It stays while it fits the budget with less than twice `margin`
+    seconds to spare; otherwise the budget less the margin sets it: fewer updates after a
+    slowdown, more after a speed-up. At least the next update."""
+    seconds_per_update = max(seconds_per_update, 1e-9)
     fits = step + (budget - elapsed) / seconds_per_update  # where the budget ends
     spare = margin / seconds_per_update
-    # a hundredth of an update of slack: a steady clock's float rounding moves nothing
-    if fits - spare - 1 < horizon <= fits + 0.01:
+    # a hundredth of an update of slack: a steady clock's float rounding moves nothing;
+    # twice the margin below: a speed-up settling moves the horizon a few times, not at
+    # every check
+    if fits - 2 * spare < horizon <= fits + 0.01:
         return horizon
     return max(step + 1, int(fits - spare))
 
@@ -127,9 +131,9 @@ def revise_horizon_when_due(cfg: TrainConfig, progress: Progress, validated: boo
     """A max_time budget's horizon, once the warmup is over: estimated at its first
     validation (`validated` this step, so that validations weigh in the speed as they will
     to the end; any step without a validation set) from the mean speed so far, then checked
-    at each validation at least train.valid_every updates after the last check, and revised
-    when it no longer fits (`revised_horizon`). All in the progress; the clock is rank 0's,
-    so every rank decides alike."""
+    at each validation at least train.valid_every updates after the last check against
+    the recent speed, and revised when it no longer fits (`revised_horizon`). All in the
+    progress; the clock is rank 0's, so every rank decides alike."""
     if (cfg.schedule == "inverse-sqrt" or not cfg.max_time or cfg.max_steps or not validated
             or progress.step < max(cfg.warmup_steps, 1)):
         return
@@ -137,19 +141,23 @@ def revise_horizon_when_due(cfg: TrainConfig, progress: Progress, validated: boo
     if not progress.horizon:
         progress.horizon = estimate_horizon(step, elapsed, cfg.max_time)
         progress.checked_step, progress.checked_elapsed = step, elapsed
+        progress.seconds_per_update = elapsed / step
         progress.revisions.append((step, progress.horizon))
         log.info("%s schedule: %d updates in the %gs budget at %.2fs an update so far; "
                  "the learning rate reaches %g there", cfg.schedule, progress.horizon,
                  cfg.max_time, elapsed / step, cfg.min_lr)
         return
-    if step - progress.checked_step < cfg.valid_every:
-        return
-    since = (progress.checked_step, progress.checked_elapsed)
-    new = revised_horizon(progress.horizon, step, elapsed, since, cfg.max_time,
+    if step - progress.checked_step < cfg.valid_every or step >= progress.horizon:
+        return  # not due, or the schedule has ended: training stops here
+    latest = (elapsed - progress.checked_elapsed) / (step - progress.checked_step)
+    weighted = 0.5 * (progress.seconds_per_update or latest) + 0.5 * latest
+    expected = max(latest, weighted)
+    new = revised_horizon(progress.horizon, step, elapsed, expected, cfg.max_time,
                           SAFETY_MARGIN * cfg.max_time)
     progress.checked_step, progress.checked_elapsed = step, elapsed
+    progress.seconds_per_update = weighted
     if new != progress.horizon:
-        _revise(cfg, progress, new, (elapsed - since[1]) / (step - since[0]))
+        _revise(cfg, progress, new, expected)
 
 
 def _revise(cfg: TrainConfig, progress: Progress, new: int, seconds_per_update: float) -> None:
@@ -163,7 +171,7 @@ def _revise(cfg: TrainConfig, progress: Progress, new: int, seconds_per_update: 
         progress.decay_from_step, progress.decay_from_lr = step, rate
     progress.horizon = new
     progress.revisions.append((step, new))
-    log.info("%s schedule: horizon %d -> %d updates at step %d, at %.2fs an update since "
-             "the last check, %.0fs of the %gs budget left; the learning rate goes from %g "
-             "to %g there", cfg.schedule, old, new, step, seconds_per_update,
+    log.info("%s schedule: horizon %d -> %d updates at step %d, at %.2fs an update from "
+             "here, %.0fs of the %gs budget left; the learning rate goes from %g to %g "
+             "there", cfg.schedule, old, new, step, seconds_per_update,
              cfg.max_time - progress.elapsed, cfg.max_time, rate, cfg.min_lr)

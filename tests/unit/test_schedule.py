@@ -121,7 +121,8 @@ def test_a_machine_that_speeds_up_uses_the_time_it_gains(schedule, speeds_up_at)
     assert run.progress.horizon > 500  # more updates than the first estimate
     assert_ends_at_the_floor(run)
     assert_never_rises_nor_jumps(run)
-    assert run.progress.elapsed >= BUDGET * (1 - SAFETY_MARGIN) - 2.0
+    # it moves out until less than twice the margin is left over
+    assert run.progress.elapsed >= BUDGET * (1 - 2 * SAFETY_MARGIN) - 2.0
 
 
 def test_a_revision_during_the_decay_continues_from_the_rate_it_reached():
@@ -167,6 +168,13 @@ def test_a_progress_of_before_the_revisions_loads_and_is_checked():
     assert_ends_at_the_floor(run)
 
 
+def test_a_horizon_reached_at_a_check_is_not_moved():
+    """The check at update 1,000 (a validation) comes before the stop rules: a machine
+    that sped up at the end must not move a horizon the rate has already reached."""
+    run = simulate(budget_cfg(), speed(1.0, 0.1, 955.0))
+    assert run.progress.revisions == [(WARMUP, 1000)] and run.progress.step == 1000
+
+
 def test_max_steps_and_inverse_sqrt_have_no_revisions():
     fixed = simulate(budget_cfg(max_steps=600), speed(1.0, 4.0, 100.0),
                      progress=Progress(horizon=600))
@@ -177,12 +185,24 @@ def test_max_steps_and_inverse_sqrt_have_no_revisions():
 
 
 def test_revised_horizon():
-    since = (100, 100.0)  # the last check: update 100 at 100 s; 1 s an update since
-    # fits 1,000 updates; the margin (20 s) is 20 of them: kept anywhere in [980, 1000]
-    assert revised_horizon(1000, 200, 200.0, since, 1000.0, 20.0) == 1000
-    assert revised_horizon(981, 200, 200.0, since, 1000.0, 20.0) == 981
-    assert revised_horizon(1010, 200, 200.0, since, 1000.0, 20.0) == 980  # does not fit
-    assert revised_horizon(900, 200, 200.0, since, 1000.0, 20.0) == 980  # leaves too much
-    # 2 s an update since the last check: 400 updates left less 10 for the margin
-    assert revised_horizon(1000, 200, 300.0, since, 1000.0, 20.0) == 540
-    assert revised_horizon(1000, 200, 1100.0, since, 1000.0, 20.0) == 201  # over budget
+    # at update 200, 200 s in, 1 s an update: 1,000 updates fit; the margin (20 s) is 20
+    # of them: the horizon is kept anywhere above 1000 - 2 x 20, up to 1000
+    assert revised_horizon(1000, 200, 200.0, 1.0, 1000.0, 20.0) == 1000
+    assert revised_horizon(961, 200, 200.0, 1.0, 1000.0, 20.0) == 961
+    assert revised_horizon(960, 200, 200.0, 1.0, 1000.0, 20.0) == 980
+    assert revised_horizon(1010, 200, 200.0, 1.0, 1000.0, 20.0) == 980  # does not fit
+    assert revised_horizon(900, 200, 200.0, 1.0, 1000.0, 20.0) == 980  # leaves too much
+    # 2 s an update from here: 400 updates left less 10 for the margin
+    assert revised_horizon(1000, 200, 200.0, 2.0, 1000.0, 20.0) == 590
+    assert revised_horizon(1000, 200, 1100.0, 1.0, 1000.0, 20.0) == 201  # over budget
+
+
+def test_a_slowdown_counts_at_once_a_speed_up_as_it_lasts():
+    """The speed a check expects: the slower of the last stretch's and a weighted one."""
+    slow = simulate(budget_cfg(), speed(1.0, 2.0, 100.0), until=150)
+    # update 150 at 200 s, 2 s an update from there: 150 + (1000 - 200 - 20) / 2
+    assert slow.progress.revisions[1] == (150, 540)
+    fast = simulate(budget_cfg(), speed(2.0, 1.0, 200.0), until=150)
+    # update 150 at 250 s, 1.5 s an update (2 then 1 weighted): 150 + (1000 - 250 - 20) / 1.5
+    assert fast.progress.revisions[1] == (150, 636)
+    assert fast.progress.seconds_per_update == 1.5
