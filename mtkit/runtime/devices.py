@@ -54,6 +54,20 @@ def threads_each(sharers: int) -> int:
     return max(1, usable_cores() // sharers)
 
 
+# oneDNN (bf16 matmuls on a CPU) keeps the kernels it built per matrix shape, in its own
+# cache and in torch's (ideep's); each entry holds memory. Training's shapes change with
+# every batch, so at their default sizes (1024) a bf16 run grew by gigabytes and slowed as
+# it went; 64 entries each kept its memory flat at the same speed.
+KERNEL_CACHE_ENTRIES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"}
+
+
+def bound_kernel_caches() -> None:
+    """Cap oneDNN's kernel caches (KERNEL_CACHE_ENTRIES) unless the environment sets them.
+    They read the environment once, at the first oneDNN call: call this before any."""
+    for name, entries in KERNEL_CACHE_ENTRIES.items():
+        os.environ.setdefault(name, entries)
+
+
 # train.precision auto trains in bf16 where a bf16 matmul runs at least this many times
 # as fast as an fp32 one: the step's other work (norms, softmax, the optimiser) gains less
 BF16_SPEEDUP_NEEDED = 2.0

@@ -38,7 +38,7 @@ from mtkit.model.checkpoint import (
 from mtkit.model.loss import label_smoothed_nll
 from mtkit.model.transformer import Transformer
 from mtkit.progress import progress_bar
-from mtkit.runtime.devices import resolve_device, resolve_precision
+from mtkit.runtime.devices import bound_kernel_caches, resolve_device, resolve_precision
 from mtkit.train.ema import WeightEMA
 from mtkit.train.keeper import CheckpointKeeper
 from mtkit.train.lines import show_train, show_valid
@@ -87,6 +87,7 @@ class Trainer:
         self.ranks = Ranks.of_this_job(resolve_device(device))
         self.device = self.ranks.device
         self.update_freq = updates_per_step(cfg, self.ranks.world_size)
+        bound_kernel_caches()  # before the probe's bf16 matmul, the first oneDNN call
         # rank 0's answer for every rank: a probe's timing could differ between ranks
         self.precision, why = self.ranks.writers(
             lambda: resolve_precision(cfg.precision, self.device))

@@ -3,6 +3,8 @@ to torchrun's ranks, and what train.precision auto picks."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from mtkit.runtime import devices
@@ -42,3 +44,11 @@ def test_auto_precision_follows_the_probe():
 def test_the_matmul_probe_measures_a_ratio():
     ratio = PROBE(torch.device("cpu"))
     assert 0 < ratio < float("inf")
+
+
+def test_kernel_caches_are_capped_unless_the_environment_says(monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "500")
+    devices.bound_kernel_caches()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
+    assert os.environ["LRU_CACHE_CAPACITY"] == "500"  # the user's choice stays
