@@ -50,6 +50,8 @@ def load_recipe(
         raise ConfigError(f"{path}: a recipe is a mapping of sections (data, model, ...)")
     apply_overrides(raw, overrides, where=str(path))
     recipe = recipe_from_dict(raw, base_dir=path.parent, where=str(path), name=path.stem)
+    if not recipe.data.train:  # a bundle's recipe may have none (an imported model's)
+        raise ConfigError(f"{path}: data.train: list at least one corpus {{src, tgt}}")
     if check_files:
         check_data_files(recipe, where=str(path))
     return recipe
