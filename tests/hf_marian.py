@@ -67,14 +67,14 @@ def build_marian(out: Path, shared: bool = True, seed: int = 0, fp16: bool = Fal
         vocab_size=len(vocab), decoder_vocab_size=len(tgt_vocab), d_model=d_model,
         encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
         decoder_attention_heads=heads, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn,
-        max_position_embeddings=64, activation_function="swish", scale_embedding=True,
+        max_position_embeddings=256, activation_function="swish", scale_embedding=True,
         pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=0,
         share_encoder_decoder_embeddings=shared, dropout=0.1, attention_dropout=0.0)
     torch.manual_seed(seed)
     model = MarianMTModel(config)
     randomize(model, pad)
     model.generation_config = GenerationConfig(
-        num_beams=4, max_length=64, bad_words_ids=[[pad]], decoder_start_token_id=pad,
+        num_beams=4, max_length=256, bad_words_ids=[[pad]], decoder_start_token_id=pad,
         pad_token_id=pad, eos_token_id=0, forced_eos_token_id=0)
     if fp16:
         model = model.half()
@@ -94,6 +94,7 @@ def randomize(model, pad: int) -> None:
         else:
             param.normal_(0.0, 0.4)
     model.final_logits_bias.normal_(0.0, 1.0)
+    model.final_logits_bias[0, 0] = 4.0  # </s>: likely enough that some outputs end on it
     for embedding in (model.get_input_embeddings(), model.get_decoder().embed_tokens):
         if embedding.weight.size(0) > pad:
             embedding.weight[pad] = 0.0
