@@ -247,3 +247,26 @@ def test_the_bundle_round_trips(marian, tmp_path):
     assert loaded.vocab == bundle.vocab and loaded.recipe == bundle.recipe
     assert loaded.recipe.decode.beam == 4 and loaded.recipe.data.langs.tgt == "en"
     assert loaded.tokenizer().specials.never_emitted == (loaded.tokenizer().specials.pad,)
+
+
+def test_ctranslate2_export_decodes_alike(marian, tmp_path):
+    """Exported as CTranslate2's own Marian converter does (a zero start embedding, the pad
+    entry removed, swish, the logits bias as the projection's bias): the same greedy
+    output, and the same beam output at length penalty 0."""
+    pytest.importorskip("ctranslate2")
+    from mtkit.decode import ct2
+
+    directory, _, bundle = marian
+    model = tmp_path / "model.pt"
+    import_model(directory, model)
+    out = tmp_path / "ct2"
+    ct2.export(model, out, "float32")
+    theirs_engine = ct2.CTranslate2Engine(out, "cpu", threads=1)
+    assert len(theirs_engine.tokenizer.pieces("tgt")) == len(bundle.tokenizer().pieces("tgt"))
+    tok = bundle.tokenizer()
+    ours_engine = TorchEngine([bundle.model(tok)], tok, bundle.recipe)
+    for beam in (1, 4):
+        settings = DecodeConfig(beam=beam, lenpen=0.0, max_len_a=0.0, max_len_b=CAP)
+        ours = ours_engine.search(tok.encode_src(LINES), settings)
+        theirs = theirs_engine.search(tok.encode_src(LINES), settings)
+        assert [h[0].tokens for h in ours] == [h[0].tokens for h in theirs], beam
