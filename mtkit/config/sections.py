@@ -375,6 +375,8 @@ class Recipe:
         "optimisation, checkpoints and stopping"))
     decode: DecodeConfig = field(default=DecodeConfig(), metadata=doc("beam search"))
     name: str = field(default="recipe", metadata={"internal": True})
+    # the sections a fine-tuning recipe file leaves out, to be its parent's (train.init_from)
+    inherited: tuple[str, ...] = field(default=(), metadata={"internal": True})
 
     def check(self) -> None:
         if self.tokenizer.kind == "vocab" and (self.tokenizer.model is not None or (
@@ -395,6 +397,7 @@ class Recipe:
         """Plain YAML/JSON-safe values (paths as strings), as stored in checkpoints."""
         raw = plain(self)
         raw.pop("name")
+        raw.pop("inherited")
         return raw
 
     def to_yaml(self) -> str:
