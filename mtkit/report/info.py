@@ -130,7 +130,8 @@ class ModelInfo:
                  ("vocabulary", f"{self.vocab[0]:,} source, {self.vocab[1]:,} target "
                                 f"({vocab} {self.model_type})"),
                  *([("tags", ", ".join(self.tags) + " (translate --tag)")] if self.tags else [])]
-        training = [("updates", "not recorded")] if t is None else [
+        untrained = "trained elsewhere (imported)" if self.imported else "not recorded"
+        training = [("updates", untrained)] if t is None else [
             ("updates", f"{t.updates:,}"), ("epoch", str(t.epoch)),
             ("training time", _duration(t.seconds)),
             ("target tokens/s", f"{t.tgt_tokens_per_s:,.0f}"),

@@ -60,6 +60,7 @@ def test_info_says_where_it_came_from(imported, mtkit_cli):
     assert info["vocabulary"]["tags"] == ["fra", "deu"]
     text = mtkit_cli(["info", "imported.pt"], cwd=imported).stdout
     assert "imported from:" in text and "explicit vocabulary" in text
+    assert "trained elsewhere (imported)" in text
 
 
 def test_fine_tune_resume_average_translate_export(imported, mtkit_cli):
