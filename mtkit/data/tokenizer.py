@@ -278,7 +278,8 @@ class Tokenizer:
         if self.vocab is not None:
             side = "src" if proc is self._src else "tgt"
             if sampling is None:
-                return [self.vocab.encode(proc, line, side) for line in lines]
+                threads = None if len(lines) < FEW_LINES else self._spm_threads()
+                return self.vocab.encode(proc, lines, side, threads)
             ids = np.array(self.vocab.ids_of(proc, side))
             return [ids[seq].tolist() for seq in sample_segmentations(
                 proc, list(lines), sampling, piece_scores(proc))]

@@ -88,15 +88,26 @@ class Vocabulary:
 
     # -- encoding and decoding
 
-    def encode(self, proc: spm.SentencePieceProcessor, line: str, side: str) -> list[int]:
-        """One line's ids: SentencePiece's pieces through the vocabulary (unknown: <unk>).
-        A source line that starts with >>xx<< keeps it as one token, as MarianTokenizer."""
+    def encode(self, proc: spm.SentencePieceProcessor, lines: Sequence[str], side: str,
+               threads: int | None = None) -> list[list[int]]:
+        """Each line's ids: SentencePiece's pieces through the vocabulary (unknown: <unk>).
+        A source line that starts with >>xx<< keeps it as one token, as MarianTokenizer.
+        `threads`: one batched SentencePiece call on that many threads (-1: all cores);
+        None: a call per line (cheaper for a few lines)."""
         index, unk = self._index[side], self.specials.unk
-        code: list[int] = []
-        if side == "src" and line.startswith(TAG_OPEN) and (end := line.find(TAG_CLOSE)) != -1:
-            code = [index.get(line[: end + 2], unk)]
-            line = line[end + 2:]
-        return code + [index.get(piece, unk) for piece in proc.encode(line, out_type=str)]
+        codes, texts = [], []
+        for line in lines:
+            code: list[int] = []
+            if side == "src" and line.startswith(TAG_OPEN) and (end := line.find(TAG_CLOSE)) != -1:
+                code = [index.get(line[: end + 2], unk)]
+                line = line[end + 2:]
+            codes.append(code)
+            texts.append(line)
+        if threads is None:
+            pieces = [proc.encode(text, out_type=str) for text in texts]
+        else:
+            pieces = proc.encode(texts, out_type=str, num_threads=threads)
+        return [code + [index.get(p, unk) for p in seq] for code, seq in zip(codes, pieces)]
 
     def ids_of(self, proc: spm.SentencePieceProcessor, side: str) -> list[int]:
         """SentencePiece id -> vocabulary id (unknown: <unk>): for sampled segmentations,

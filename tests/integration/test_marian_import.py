@@ -65,6 +65,7 @@ def test_the_tokenizer_is_marian_tokenizers(marian):
     assert reference(LINES).input_ids == [ids + [eos] for ids in tok.encode_src(LINES)]
     labels = reference(text_target=TARGETS).input_ids
     assert labels == [ids + [eos] for ids in tok.encode_tgt(TARGETS)]
+    assert tok.encode_src(LINES * 7) == tok.encode_src(LINES) * 7  # batched (>= 64 lines)
     if shared:  # a target-language token leads the line, as MarianTokenizer keeps it
         assert tok.tags == ("fra", "deu")
         tagged = tok.tagged("deu").encode_src(LINES[:1])[0]
