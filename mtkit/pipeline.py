@@ -91,7 +91,9 @@ def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
     every file written), all ranks train."""
     run = PipelineRun(recipe, RunPaths(run_dir), resolve_device(device), restart)
     if recipe.train.init_from is not None:
-        run.parent = load_parent(recipe)  # bad input ends here, before anything is written
+        # bad input ends here, before anything is written
+        recipe, *parent = load_parent(recipe)
+        run.recipe, run.parent = recipe, (parent[0], parent[1])
     if recipe.tokenizer.model is not None:
         run.given_tokenizer = given_tokenizer(recipe)
     if not dist.is_main():

@@ -39,7 +39,8 @@ _debug = False
 # in the order `mtkit --help` lists them
 COMMANDS = {
     "spm-train": training.spm_train, "binarize": training.binarize, "train": training.train,
-    "average": training.average, "info": reports.info, "translate": translation.translate,
+    "average": training.average, "import": training.import_model, "info": reports.info,
+    "translate": translation.translate,
     "export": translation.export, "plot": reports.plot, "serve": translation.serve,
     "score": reports.score,
 }

@@ -1,4 +1,4 @@
-"""Commands that build a model: spm-train, binarize, train, average."""
+"""Commands that build a model: spm-train, binarize, train, average, import."""
 
 from __future__ import annotations
 
@@ -173,3 +173,21 @@ def average(
         raise ConfigError("average: give checkpoint files, --last K RUN_DIR or --best RUN_DIR")
     save_checkpoint(output, average_checkpoints(paths))
     log.info("averaged %d checkpoints into %s", len(paths), output)
+
+
+def import_model(
+    directory: Path = typer.Argument(..., metavar="DIR", show_default=False,
+                                     help="A Hugging Face Marian (OPUS-MT) model directory."),
+    output: Path = typer.Option(..., "-o", "--output", metavar="MODEL",
+                                help="The mtkit model file to write."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+) -> None:
+    """Import a pretrained model: a Hugging Face Marian (OPUS-MT) directory as an mtkit
+    model, to translate with, fine-tune (train.init_from), export or serve."""
+    from mtkit.convert.marian import import_model as run_import
+
+    bundle = run_import(directory, output, force)
+    model = bundle.recipe.model
+    log.info("imported %s (%s, %d+%d layers, d_model %d) to %s", directory,
+             bundle.imported.name if bundle.imported else "?", model.enc_layers,
+             model.dec_layers, model.d_model, output)

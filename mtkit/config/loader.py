@@ -27,6 +27,8 @@ from mtkit.config.walker import (
 )
 from mtkit.errors import ConfigError
 
+INHERITABLE = ("tokenizer", "model")  # what a recipe with train.init_from may leave out
+
 
 def load_recipe(
     path: str | Path, overrides: list[str] = (), check_files: bool = True
@@ -49,7 +51,14 @@ def load_recipe(
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a recipe is a mapping of sections (data, model, ...)")
     apply_overrides(raw, overrides, where=str(path))
+    # a fine-tuning recipe may leave out the sections its parent brings
+    inherited = tuple(s for s in INHERITABLE if s not in raw)
+    init_from = isinstance(raw.get("train"), dict) and raw["train"].get("init_from")
     recipe = recipe_from_dict(raw, base_dir=path.parent, where=str(path), name=path.stem)
+    if init_from and inherited:
+        recipe = dataclasses.replace(recipe, inherited=inherited)
+    if not recipe.data.train:  # a bundle's recipe may have none (an imported model's)
+        raise ConfigError(f"{path}: data.train: list at least one corpus {{src, tgt}}")
     if check_files:
         check_data_files(recipe, where=str(path))
     return recipe
@@ -60,8 +69,9 @@ def recipe_from_dict(
 ) -> Recipe:
     """A Recipe from raw values (a parsed YAML file, or the dict a checkpoint stores)."""
     raw = upgrade_recipe(raw, where)
-    if "name" in raw:
-        raise ConfigError(f"{where}: {unknown_key('name', field_types(Recipe), '')}")
+    for internal in ("name", "inherited"):
+        if internal in raw:
+            raise ConfigError(f"{where}: {unknown_key(internal, field_types(Recipe), '')}")
     raw["name"] = name
     return build(Recipe, raw, key="", ctx=Context(where, base_dir))
 

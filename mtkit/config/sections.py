@@ -144,9 +144,8 @@ class DataConfig:
     max_ratio: float = field(default=3.0, metadata=between(
         1.0, doc="training pairs whose token-length ratio exceeds this are dropped"))
 
-    def check(self) -> None:
-        if not self.train:
-            raise ValueError("data.train: list at least one corpus {src, tgt}")
+    # A recipe file lists at least one corpus (loader.load_recipe checks it); a bundle's
+    # recipe may list none: an imported model was trained elsewhere.
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -159,12 +158,17 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TokenizerConfig:
+    kind: Literal["sentencepiece", "vocab"] = field(default="sentencepiece", metadata=doc(
+        "sentencepiece: the ids are the SentencePiece model's own; vocab: an imported "
+        "model's explicit vocabulary maps the pieces to ids (mtkit import sets it, "
+        "fine-tuning keeps it)"))
     model_type: Literal["unigram", "bpe"] = field(default="unigram", metadata=doc(
         "the kind of SentencePiece model trained on the training text"))
     vocab_size: int = field(default=8000, metadata=between(
         8, 1_000_000, doc="pieces in the vocabulary (of each, when not joint)"))
     joint: bool = field(default=True, metadata=doc(
-        "one model for both languages (needed for model.tie_embeddings: all)"))
+        "one model for both languages (needed for model.tie_embeddings: all); with kind "
+        "vocab: one vocabulary"))
     character_coverage: float = field(default=0.9995, metadata=between(
         0.9, 1.0, doc="share of the text's characters the vocabulary covers; the rest are `<unk>`"))
     input_sentence_size: int = field(default=1_000_000, metadata=between(
@@ -205,12 +209,21 @@ class ModelConfig:
         0.0, 0.99, doc="dropout on the embeddings and on each sublayer's output"))
     attn_dropout: float = field(default=0.0, metadata=between(
         0.0, 0.99, doc="dropout on attention weights"))
-    activation: Literal["relu", "swiglu"] = field(default="relu", metadata=doc(
-        "feed-forward activation"))
+    activation: Literal["relu", "swiglu", "swish"] = field(default="relu", metadata=doc(
+        "feed-forward activation: relu, swiglu (gated, no biases) or swish (SiLU, not "
+        "gated, as Marian's)"))
     norm: Literal["pre", "post"] = field(default="pre", metadata=doc(
         "layer norm before each sublayer (pre) or after its residual sum (post)"))
     positions: Literal["sinusoidal", "learned"] = field(default="sinusoidal", metadata=doc(
         "position embeddings"))
+    position_layout: Literal["interleaved", "halves"] = field(
+        default="interleaved", metadata=doc(
+            "columns of the sinusoidal table: sine and cosine interleaved (mtkit's), or the "
+            "sine half then the cosine half (Marian's)"))
+    scale_embeddings: bool = field(default=True, metadata=doc(
+        "multiply token embeddings by sqrt(d_model) before adding the positions"))
+    output_bias: bool = field(default=False, metadata=doc(
+        "a learned bias added to the output logits (Marian's final_logits_bias)"))
     tie_embeddings: Literal["all", "decoder", "none"] = field(default="all", metadata=doc(
         "share weights: source, target and output embeddings (all; needs a joint "
         "tokenizer), target and output (decoder), or none"))
@@ -225,6 +238,9 @@ class ModelConfig:
             )
         if (self.d_model // self.heads) % 2:
             raise ValueError("model.d_model / model.heads must be even")
+        if self.position_layout != "interleaved" and self.positions != "sinusoidal":
+            raise ValueError("model.position_layout orders the columns of a sinusoidal table: "
+                             "set model.positions: sinusoidal, or leave position_layout out")
 
 
 # --------------------------------------------------------------------------- train
@@ -359,8 +375,15 @@ class Recipe:
         "optimisation, checkpoints and stopping"))
     decode: DecodeConfig = field(default=DecodeConfig(), metadata=doc("beam search"))
     name: str = field(default="recipe", metadata={"internal": True})
+    # the sections a fine-tuning recipe file leaves out, to be its parent's (train.init_from)
+    inherited: tuple[str, ...] = field(default=(), metadata={"internal": True})
 
     def check(self) -> None:
+        if self.tokenizer.kind == "vocab" and (self.tokenizer.model is not None or (
+                self.data.train and self.train.init_from is None)):
+            raise ValueError("tokenizer.kind: vocab is an imported model's vocabulary: "
+                             "fine-tune one with train.init_from (a model `mtkit import` "
+                             "wrote), without tokenizer.model")
         if self.train.init_from is not None and self.tokenizer.model is not None:
             raise ValueError("tokenizer.model: train.init_from brings the parent's "
                              "SentencePiece model; leave tokenizer.model out")
@@ -374,6 +397,7 @@ class Recipe:
         """Plain YAML/JSON-safe values (paths as strings), as stored in checkpoints."""
         raw = plain(self)
         raw.pop("name")
+        raw.pop("inherited")
         return raw
 
     def to_yaml(self) -> str:

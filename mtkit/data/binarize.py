@@ -52,9 +52,9 @@ _worker_tokenizer: Tokenizer | None = None
 Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _init_worker(src: bytes, tgt: bytes | None) -> None:
+def _init_worker(src: bytes, tgt: bytes | None, vocab: bytes | None) -> None:
     global _worker_tokenizer
-    _worker_tokenizer = Tokenizer(src, tgt, threads=1)  # the pool is the parallelism
+    _worker_tokenizer = Tokenizer(src, tgt, threads=1, vocab=vocab)  # the pool is the parallelism
 
 
 def _encode_in_worker(chunk: tuple[list[str], list[str]], tag: str | None) -> Encoded:
@@ -82,12 +82,14 @@ class _Encoder:
         self.pool = None
         self.local = None
         if workers == 1:
-            self.local = Tokenizer(tokenizer.src_bytes, tokenizer.tgt_bytes, threads=1)
+            self.local = Tokenizer(tokenizer.src_bytes, tokenizer.tgt_bytes, threads=1,
+                                   vocab=tokenizer.vocab_bytes)
         else:
             # fork starts workers instantly; they only run SentencePiece, never torch
             method = "fork" if sys.platform.startswith("linux") else "spawn"
             self.pool = multiprocessing.get_context(method).Pool(
-                workers, _init_worker, (tokenizer.src_bytes, tokenizer.tgt_bytes)
+                workers, _init_worker,
+                (tokenizer.src_bytes, tokenizer.tgt_bytes, tokenizer.vocab_bytes)
             )
 
     def map(self, chunks: Iterable[tuple[list[str], list[str]]],

@@ -2,7 +2,8 @@
 
 The four special symbols live inside the SentencePiece model itself at fixed ids, so a
 model file (or the bytes stored in a checkpoint) is the whole vocabulary: there is no
-separate vocabulary file to keep in sync.
+separate vocabulary file to keep in sync. The exception is an imported model, which
+brings an explicit vocabulary of its own (vocab.py) that the pieces are mapped through.
 """
 
 from __future__ import annotations
@@ -10,10 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import io
-import random
-import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +19,10 @@ import sentencepiece as spm
 
 from mtkit.config import Recipe
 from mtkit.data.sampling import Sampling, piece_scores, sample_segmentations
+from mtkit.data.spm_input import CorpusStream, reservoir_sample, training_error
+from mtkit.data.vocab import SpecialIds, Vocabulary
 from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.files.atomic import atomic_write_bytes
-from mtkit.files.textio import read_lines
 
 # The ids `mtkit spm-train` gives the special pieces. Everything after training reads a
 # model's ids from its tokenizer (`Tokenizer.specials`), never from these constants.
@@ -36,25 +35,6 @@ SPECIALS = {
     "bos": (BOS_ID, "<s>"),
     "eos": (EOS_ID, "</s>"),
 }
-
-@dataclass(frozen=True)
-class SpecialIds:
-    """The target-side ids that batches, the loss and the search give a meaning to.
-
-    A model's own: mtkit's tokenizers have pad 0, unk 1, start 2 (<s>), eos 3; an
-    imported model may have others (its decoder may start from pad or from eos). Sources
-    are padded with `pad` and end with `eos` too.
-    """
-
-    pad: int
-    unk: int
-    start: int  # the token the decoder is fed first
-    eos: int
-
-    @property
-    def never_emitted(self) -> tuple[int, ...]:
-        """Ids a search must not produce: pad and the start token, unless it is eos."""
-        return tuple(sorted({self.pad, self.start} - {self.eos}))
 
 
 # The trainer's thread count is recorded in the model and changes its bytes, so it is a
@@ -89,7 +69,7 @@ def train_sentencepiece(
     """
     inputs = _existing_inputs(inputs)
     where = ", ".join(str(p) for p in inputs)
-    lines = _CorpusStream(inputs)
+    lines = CorpusStream(inputs)
     sentences = _training_sentences(lines, input_sentence_size, seed)
     spm.set_random_generator_seed(seed)  # for whatever randomness the trainer itself uses
     try:
@@ -99,7 +79,7 @@ def train_sentencepiece(
             raise lines.error from None
         if lines.nonempty == 0:
             raise DataError(f"{where}: no non-empty lines to train the tokenizer on") from None
-        raise _training_error(str(exc), vocab_size, where) from None
+        raise training_error(str(exc), vocab_size, where) from None
     if lines.error is not None:  # spm may finish on the lines read before the failure
         raise lines.error
 
@@ -119,7 +99,7 @@ def _existing_inputs(inputs: list[Path]) -> list[Path]:
     return inputs
 
 
-def _training_sentences(lines: _CorpusStream, size: int, seed: int) -> Iterable[str]:
+def _training_sentences(lines: CorpusStream, size: int, seed: int) -> Iterable[str]:
     """The lines the trainer sees: a sample of `size` fixed by `seed`, or all (size 0).
 
     We sample ourselves: spm's own sampler ignores set_random_generator_seed, so its
@@ -127,7 +107,7 @@ def _training_sentences(lines: _CorpusStream, size: int, seed: int) -> Iterable[
     """
     if size <= 0:
         return lines  # streamed
-    sample = _reservoir_sample(lines, size, seed)
+    sample = reservoir_sample(lines, size, seed)
     if lines.error is not None:
         raise lines.error
     return sample
@@ -156,66 +136,12 @@ def _run_trainer(sentences: Iterable[str], vocab_size: int, model_type: str,
     return model.getvalue()
 
 
-class _CorpusStream:
-    """Iterates the lines of several files, remembering read errors spm would swallow."""
-
-    def __init__(self, paths: list[Path]):
-        self.paths = paths
-        self.nonempty = 0
-        self.error: DataError | None = None
-
-    def __iter__(self) -> Iterator[str]:
-        try:
-            for path in self.paths:
-                for line in read_lines(path):
-                    if line.strip():
-                        self.nonempty += 1
-                        yield line
-        except DataError as exc:
-            # spm turns an exception in its input iterator into an opaque RuntimeError
-            self.error = exc
-
-
-def _reservoir_sample(lines: Iterable[str], size: int, seed: int) -> list[str]:
-    """A uniform random sample of `size` lines in one pass (algorithm R), fixed by `seed`."""
-    rng = random.Random(seed)
-    sample: list[str] = []
-    for seen, line in enumerate(lines):
-        if seen < size:
-            sample.append(line)
-        else:
-            slot = rng.randrange(seen + 1)
-            if slot < size:
-                sample[slot] = line
-    return sample
-
-
 def _special_options() -> dict[str, int | str]:
     options: dict[str, int | str] = {}
     for name, (index, piece) in SPECIALS.items():
         options[f"{name}_id"] = index
         options[f"{name}_piece"] = piece
     return options
-
-
-_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
-_TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
-
-
-def _training_error(message: str, vocab_size: int, where: str) -> DataError:
-    if match := _TOO_HIGH.search(message):
-        return DataError(
-            f"{where}: vocab_size {match.group(1)} is too large for this corpus; "
-            f"use at most {match.group(2)} (tokenizer.vocab_size)"
-        )
-    if match := _TOO_LOW.search(message):
-        return DataError(
-            f"{where}: vocab_size {vocab_size} is too small for this corpus; it needs at least "
-            f"{match.group(2)} (tokenizer.vocab_size) or a lower tokenizer.character_coverage"
-        )
-    # drop spm's "INTERNAL: src/file.cc(123) [check] " prefix; keep its explanation
-    detail = re.sub(r"^.*?\] ", "", message.splitlines()[0]).strip() or message.strip()
-    return DataError(f"{where}: SentencePiece training failed: {detail}")
 
 
 def tag_piece(tag: str) -> str:
@@ -231,6 +157,11 @@ class Tokenizer:
     Encoded ids carry no BOS/EOS; the model adds them where it needs them.
     `threads` is spm's thread count for batched encoding (0 = all cores). A tokenizer
     made by `tagged(NAME)` starts every source line with the tag's control symbol.
+
+    With `vocab` (an imported model's explicit vocabulary, `vocab.Vocabulary`'s bytes) the
+    ids are the vocabulary's: SentencePiece's pieces are mapped through it, the special
+    ids are its own, and `joint` means one vocabulary (the two sides may still have a
+    SentencePiece model each).
     """
 
     def __init__(
@@ -239,27 +170,37 @@ class Tokenizer:
         tgt: bytes | None = None,
         threads: int = 0,
         names: tuple[str, str] = ("source model", "target model"),
+        vocab: bytes | None = None,
     ):
         self._src_bytes = bytes(src)
         self._tgt_bytes = None if tgt is None else bytes(tgt)
+        self._vocab_bytes = None if vocab is None else bytes(vocab)
+        self.vocab = None if vocab is None else Vocabulary.from_bytes(vocab, names[0])
         self.threads = threads
-        self._src = _load_processor(self._src_bytes, names[0])
-        self._tgt = self._src if tgt is None else _load_processor(self._tgt_bytes, names[1])
+        mtkit_ids = self.vocab is None  # SentencePiece's own ids, with mtkit's specials
+        self._src = _load_processor(self._src_bytes, names[0], mtkit_ids)
+        self._tgt = self._src if tgt is None else _load_processor(self._tgt_bytes, names[1],
+                                                                  mtkit_ids)
         self.source_tag: int | None = None  # id put before every encoded source line
-        self.specials = SpecialIds(pad=self._tgt.pad_id(), unk=self._tgt.unk_id(),
-                                   start=self._tgt.bos_id(), eos=self._tgt.eos_id())
+        self.specials = self.vocab.specials if self.vocab is not None else SpecialIds(
+            pad=self._tgt.pad_id(), unk=self._tgt.unk_id(), start=self._tgt.bos_id(),
+            eos=self._tgt.eos_id())
         self._piece_scores: dict[spm.SentencePieceProcessor, np.ndarray] = {}  # for sampling
 
     @classmethod
-    def from_files(cls, src_model: Path, tgt_model: Path | None = None) -> Tokenizer:
+    def from_files(cls, src_model: Path, tgt_model: Path | None = None,
+                   vocab: Path | None = None) -> Tokenizer:
         src = _read_model(Path(src_model))
         tgt = None if tgt_model is None else _read_model(Path(tgt_model))
-        return cls(src, tgt, names=(str(src_model), str(tgt_model)))
+        words = None if vocab is None else _read_model(Path(vocab))
+        return cls(src, tgt, names=(str(src_model), str(tgt_model)), vocab=words)
 
     @classmethod
-    def from_bytes(cls, src: bytes, tgt: bytes | None = None) -> Tokenizer:
+    def from_bytes(cls, src: bytes, tgt: bytes | None = None,
+                   vocab: bytes | None = None) -> Tokenizer:
         """Rebuild from model bytes stored in a checkpoint."""
-        return cls(src, tgt, names=("checkpoint: source tokenizer", "checkpoint: target tokenizer"))
+        return cls(src, tgt, names=("checkpoint: source tokenizer", "checkpoint: target tokenizer"),
+                   vocab=vocab)
 
     # -- properties
 
@@ -273,20 +214,28 @@ class Tokenizer:
         return self._tgt_bytes
 
     @property
+    def vocab_bytes(self) -> bytes | None:
+        """An explicit vocabulary's bytes; None for SentencePiece's own ids."""
+        return self._vocab_bytes
+
+    @property
     def joint(self) -> bool:
-        return self._tgt_bytes is None
+        return self._tgt_bytes is None if self.vocab is None else self.vocab.joint
 
     @property
     def src_vocab_size(self) -> int:
-        return self._src.vocab_size()
+        return len(self.pieces("src"))
 
     @property
     def tgt_vocab_size(self) -> int:
-        return self._tgt.vocab_size()
+        return len(self.pieces("tgt"))
 
     @property
     def tags(self) -> tuple[str, ...]:
-        """The tags the source model knows: its control symbols <NAME> beyond the specials."""
+        """The tags the source model knows: its control symbols <NAME> beyond the specials
+        (with a vocabulary: its target-language tokens >>NAME<<)."""
+        if self.vocab is not None:
+            return self.vocab.tags
         proc = self._src
         pieces = (proc.id_to_piece(i) for i in range(NUM_SPECIALS, proc.vocab_size())
                   if proc.is_control(i))
@@ -296,9 +245,16 @@ class Tokenizer:
         """This tokenizer, putting <tag> before every source line (None: no tag)."""
         if tag is None:
             return self
-        index = self._src.piece_to_id(tag_piece(tag))
-        if index < NUM_SPECIALS or not self._src.is_control(index):
+        if self.vocab is not None:
+            index = self.vocab.tag_id(tag)
+        else:
+            index = self._src.piece_to_id(tag_piece(tag))
+            index = index if index >= NUM_SPECIALS and self._src.is_control(index) else None
+        if index is None:
             known = ", ".join(self.tags) or "none"
+            if self.vocab is not None:
+                raise DataError(f"tag {tag}: not a target-language token of this model (its "
+                                f"tokens: {known})")
             raise DataError(f"tag {tag}: not a tag of this SentencePiece model (its tags: "
                             f"{known}); tags are the data.train corpora's `tag` values")
         other = copy.copy(self)
@@ -319,6 +275,14 @@ class Tokenizer:
 
     def _encode(self, proc: spm.SentencePieceProcessor, lines: list[str],
                 sampling: Sampling | None) -> list[list[int]]:
+        if self.vocab is not None:
+            side = "src" if proc is self._src else "tgt"
+            if sampling is None:
+                threads = None if len(lines) < FEW_LINES else self._spm_threads()
+                return self.vocab.encode(proc, lines, side, threads)
+            ids = np.array(self.vocab.ids_of(proc, side))
+            return [ids[seq].tolist() for seq in sample_segmentations(
+                proc, list(lines), sampling, piece_scores(proc))]
         if sampling is None:
             if len(lines) < FEW_LINES:
                 return [proc.encode(line, out_type=int) for line in lines]
@@ -329,6 +293,8 @@ class Tokenizer:
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Ids to text; special ids (< 4: pad, unk, bos, eos) are left out."""
+        if self.vocab is not None:
+            return [self.vocab.decode(self._tgt, seq) for seq in ids]
         clean = [[int(i) for i in seq if i >= NUM_SPECIALS] for seq in ids]
         if len(clean) < FEW_LINES:
             return [self._tgt.decode(seq) for seq in clean]
@@ -336,6 +302,8 @@ class Tokenizer:
 
     def pieces(self, side: str) -> list[str]:
         """The vocabulary of one side ("src" or "tgt"), piece by id."""
+        if self.vocab is not None:
+            return list(self.vocab.pieces(side))
         proc = self._src if side == "src" else self._tgt
         return [proc.id_to_piece(i) for i in range(proc.vocab_size())]
 
@@ -346,6 +314,9 @@ class Tokenizer:
         if self._tgt_bytes is not None:
             digest.update(b"\0tgt\0")
             digest.update(self._tgt_bytes)
+        if self._vocab_bytes is not None:
+            digest.update(b"\0vocab\0")
+            digest.update(self._vocab_bytes)
         return digest.hexdigest()
 
     def _spm_threads(self) -> int:
@@ -358,13 +329,14 @@ def _read_model(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _load_processor(blob: bytes, name: str) -> spm.SentencePieceProcessor:
+def _load_processor(blob: bytes, name: str, mtkit_ids: bool = True) -> spm.SentencePieceProcessor:
+    """The model; with `mtkit_ids`, checked to hold mtkit's special pieces at their ids."""
     error = CheckpointError if name.startswith("checkpoint") else DataError
     try:
         processor = spm.SentencePieceProcessor(model_proto=blob)
     except (RuntimeError, OSError):
         raise error(f"{name}: not a SentencePiece model (corrupt or truncated file?)") from None
-    for index, piece in SPECIALS.values():
+    for index, piece in SPECIALS.values() if mtkit_ids else ():
         if processor.vocab_size() <= index or processor.id_to_piece(index) != piece:
             raise error(
                 f"{name}: SentencePiece model lacks {piece} at id {index}; "
@@ -432,16 +404,30 @@ def require_tags(tokenizer: Tokenizer, tags: tuple[str, ...], where: str) -> Non
                           "tags of a SentencePiece model it did not train")
 
 
+VOCAB_FILE = "vocab.json"  # beside the SentencePiece model(s): an explicit vocabulary
+
+
 def write_tokenizer(tokenizer: Tokenizer, out_dir: Path) -> Tokenizer:
-    """Write a tokenizer's model(s) into out_dir, byte for byte, as a run keeps them."""
-    src_path, tgt_path = model_paths(Path(out_dir), tokenizer.joint)
+    """Write a tokenizer's model(s) into out_dir, byte for byte, as a run keeps them (and
+    its explicit vocabulary, if it has one)."""
+    src_path, tgt_path = model_paths(Path(out_dir), tokenizer.tgt_bytes is None)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(src_path, tokenizer.src_bytes)
     if tgt_path is not None:
         atomic_write_bytes(tgt_path, tokenizer.tgt_bytes)
+    if tokenizer.vocab_bytes is not None:
+        atomic_write_bytes(Path(out_dir) / VOCAB_FILE, tokenizer.vocab_bytes)
     return load_recipe_tokenizer(out_dir, tokenizer.joint)
 
 
 def load_recipe_tokenizer(out_dir: Path, joint: bool) -> Tokenizer:
+    """The tokenizer a run keeps in out_dir (`joint` says which SentencePiece files, unless
+    an explicit vocabulary lies there: then whichever are there)."""
+    vocab = Path(out_dir) / VOCAB_FILE
+    if vocab.is_file():
+        src, tgt = model_paths(Path(out_dir), False)
+        if not tgt.is_file():
+            src, tgt = model_paths(Path(out_dir), True)
+        return Tokenizer.from_files(src, tgt, vocab)
     src, tgt = model_paths(Path(out_dir), joint)
     return Tokenizer.from_files(src, tgt)

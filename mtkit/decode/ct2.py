@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from mtkit.config import DecodeConfig, Recipe, recipe_from_dict
-from mtkit.data.tokenizer import Tokenizer
+from mtkit.data.tokenizer import VOCAB_FILE, Tokenizer
 from mtkit.decode.search import Hypothesis
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.files.atomic import recover_dir, replace_dir
@@ -59,8 +59,9 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
     tokenizer = bundle.tokenizer()
     model = bundle.model(tokenizer, str(model_path))
     spec = _spec(ctranslate2, model, bundle.recipe)
-    spec.register_source_vocabulary(tokenizer.pieces("src"))
-    spec.register_target_vocabulary(tokenizer.pieces("tgt"))
+    src_pieces, tgt_pieces = _start_from_pad(spec, tokenizer)
+    spec.register_source_vocabulary(src_pieces)
+    spec.register_target_vocabulary(tgt_pieces)
     spec.validate()
     spec.optimize(quantization=quantization)
 
@@ -72,6 +73,8 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
         (partial / "spm.src.model").write_bytes(tokenizer.src_bytes)
         if tokenizer.tgt_bytes is not None:
             (partial / "spm.tgt.model").write_bytes(tokenizer.tgt_bytes)
+        if tokenizer.vocab_bytes is not None:
+            (partial / VOCAB_FILE).write_bytes(tokenizer.vocab_bytes)
         marker = {"recipe": bundle.recipe.to_dict(), "quantization": quantization,
                   "exported_from": str(model_path)}
         (partial / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
@@ -88,9 +91,10 @@ def _spec(ctranslate2, model: Transformer, recipe: Recipe):
         (cfg.enc_layers, cfg.dec_layers),
         cfg.heads,
         pre_norm=cfg.norm == "pre",
-        activation=specs.Activation.SWISH if swiglu else specs.Activation.RELU,
+        activation=specs.Activation.RELU if cfg.activation == "relu" else specs.Activation.SWISH,
         ffn_glu=swiglu,
     )
+    spec.encoder.scale_embeddings = spec.decoder.scale_embeddings = cfg.scale_embeddings
     spec.config.add_source_eos = True  # mtkit's encoder reads source + </s>
     spec.config.layer_norm_epsilon = model.decoder[0].norm1.eps
     positions = _positions(model)  # (max_positions, D)
@@ -105,7 +109,7 @@ def _spec(ctranslate2, model: Transformer, recipe: Recipe):
         _ffn(layer_spec.ffn, layer.ffn, layer.norm2)
     dec.embeddings.weight = _np(model.tgt_embed.weight)
     dec.position_encodings.encodings = positions
-    dec.projection.weight = _np(model.out_proj.weight)
+    _linear(dec.projection, model.out_proj)  # its bias: an imported model's logits bias
     for layer_spec, layer in zip(dec.layer, model.decoder):
         _linear(layer_spec.self_attention.linear[0], layer.self_attn.qkv)
         _linear(layer_spec.self_attention.linear[1], layer.self_attn.out)
@@ -119,6 +123,30 @@ def _spec(ctranslate2, model: Transformer, recipe: Recipe):
         _norm(enc.layer_norm, model.enc_norm)
         _norm(dec.layer_norm, model.dec_norm)
     return spec
+
+
+def _start_from_pad(spec, tokenizer: Tokenizer) -> tuple[list[str], list[str]]:
+    """The vocabularies to register. A decoder that starts from the pad id (an imported
+    Marian model, whose pad row is zero) starts from a zero embedding in CTranslate2, and
+    the pad entry, the last, is removed with its rows, as CTranslate2's own Marian
+    converter does: the search can then never emit it."""
+    src, tgt = tokenizer.pieces("src"), tokenizer.pieces("tgt")
+    s = tokenizer.specials
+    if s.start != s.pad:
+        return src, tgt
+    spec.decoder.start_from_zero_embedding = True
+    spec.config.decoder_start_token = spec.config.eos_token = tgt[s.eos]
+    spec.config.unk_token = tgt[s.unk]
+    tables = [spec.encoder.embeddings[0], spec.decoder.embeddings, spec.decoder.projection]
+    for side, pieces in (("src", src), ("tgt", tgt)):
+        if s.pad != len(pieces) - 1:
+            continue
+        for table in tables[:1] if side == "src" else tables[1:]:
+            table.weight = table.weight[:-1]
+            if getattr(table, "bias", None) is not None and not isinstance(table.bias, str):
+                table.bias = table.bias[:-1]
+        pieces.pop()
+    return src, tgt
 
 
 def _positions(model: Transformer) -> np.ndarray:
@@ -224,6 +252,7 @@ class CTranslate2Engine:
             length_penalty=opts.lenpen,
             num_hypotheses=opts.nbest,
             max_decoding_length=max(cap, 1),
+            min_decoding_length=0,  # EOS may come first, as in mtkit's own search (default 1)
             return_scores=True,
             max_batch_size=0,
         )
@@ -247,5 +276,6 @@ def load_exported_recipe(model_dir: Path) -> Recipe:
 
 
 def load_exported_tokenizer(model_dir: Path) -> Tokenizer:
-    tgt = model_dir / "spm.tgt.model"
-    return Tokenizer.from_files(model_dir / "spm.src.model", tgt if tgt.is_file() else None)
+    tgt, vocab = model_dir / "spm.tgt.model", model_dir / VOCAB_FILE
+    return Tokenizer.from_files(model_dir / "spm.src.model", tgt if tgt.is_file() else None,
+                                vocab if vocab.is_file() else None)

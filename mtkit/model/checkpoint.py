@@ -11,8 +11,8 @@ written atomically (atomic.py): a crash mid-write never leaves a half file.
 
 Compatibility: every file mtkit writes is format 1 (FORMAT_VERSION), with the keys of
 `to_dict`; those only written when they hold something (train_state, trained, ema,
-averaged_from, parent) are read as absent otherwise, and a Progress field a file lacks
-takes its default; nothing else is optional. A later format gets one function here that
+averaged_from, parent, vocab, imported) are read as absent otherwise, and a Progress field
+a file lacks takes its default; nothing else is optional. A later format gets one function here that
 turns a format-1 dict into its own shape before `from_dict` reads it, so that the readers
 never branch on a file's age.
 """
@@ -129,6 +129,16 @@ class Parent:
     fingerprint: str  # of the parent file's bytes (textio.file_fingerprint)
 
 
+@dataclass(frozen=True)
+class Imported:
+    """Where an imported model came from (`mtkit import`)."""
+
+    path: str  # the directory it was read from
+    format: str  # what it was: "marian" (a Hugging Face MarianMTModel directory)
+    name: str  # the model's own name (config.json's _name_or_path), or the directory's
+    fingerprint: str  # of its weight file(s) (textio.file_fingerprint, combined)
+
+
 @dataclass
 class Bundle:
     weights: dict[str, torch.Tensor]  # the model's state_dict
@@ -140,16 +150,19 @@ class Bundle:
     trained: Trained | None = None  # None: not recorded (a bundle not made by training)
     averaged_from: list[str] = field(default_factory=list)
     parent: Parent | None = None  # the model train.init_from started this one from
+    vocab: bytes | None = None  # an imported model's explicit vocabulary (data/vocab.py)
+    imported: Imported | None = None  # where `mtkit import` read it from
     mtkit_version: str = __version__
 
     def tokenizer(self) -> Tokenizer:
-        return Tokenizer.from_bytes(self.spm_src, self.spm_tgt)
+        return Tokenizer.from_bytes(self.spm_src, self.spm_tgt, self.vocab)
 
     def model(self, tokenizer: Tokenizer | None = None, where: str = "model") -> Transformer:
         """The Transformer this bundle describes, with its weights, in eval mode (CPU)."""
         tokenizer = tokenizer or self.tokenizer()
+        specials = tokenizer.specials
         model = Transformer(self.recipe.model, tokenizer.src_vocab_size,
-                            tokenizer.tgt_vocab_size, tokenizer.specials.pad)
+                            tokenizer.tgt_vocab_size, specials.pad, specials.start)
         try:
             model.load_state_dict(self.weights)
         except RuntimeError:
@@ -157,7 +170,8 @@ class Bundle:
         return model.eval()
 
     def same_vocabulary(self, other: Bundle) -> bool:
-        return (self.spm_src, self.spm_tgt) == (other.spm_src, other.spm_tgt)
+        return (self.spm_src, self.spm_tgt, self.vocab) == (
+            other.spm_src, other.spm_tgt, other.vocab)
 
     def without_train_state(self) -> Bundle:
         return dataclasses.replace(self, train_state=None)
@@ -188,6 +202,10 @@ class Bundle:
             raw["averaged_from"] = list(self.averaged_from)
         if self.parent is not None:
             raw["parent"] = dataclasses.asdict(self.parent)
+        if self.vocab is not None:
+            raw["vocab"] = self.vocab
+        if self.imported is not None:
+            raw["imported"] = dataclasses.asdict(self.imported)
         return raw
 
     @classmethod
@@ -206,6 +224,8 @@ class Bundle:
                 trained=Trained(**raw["trained"]) if "trained" in raw else None,
                 averaged_from=list(raw.get("averaged_from", [])),
                 parent=Parent(**raw["parent"]) if "parent" in raw else None,
+                vocab=raw.get("vocab"),
+                imported=Imported(**raw["imported"]) if "imported" in raw else None,
                 mtkit_version=str(raw["mtkit_version"]),
             )
         except (KeyError, TypeError):

@@ -20,14 +20,19 @@ NEG_INF = float("-inf")
 # --------------------------------------------------------------------------- helpers
 
 
-def sinusoidal_positions(length: int, dim: int) -> Tensor:
+def sinusoidal_positions(length: int, dim: int, layout: str = "interleaved") -> Tensor:
     """The paper's fixed position table, (length, dim), interleaved sin/cos:
 
     PE[pos, 2i] = sin(pos / 10000^(2i/dim)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/dim)).
+
+    layout "halves" (Marian's): the same values, the sines in columns 0..dim/2-1 and the
+    cosines in dim/2..dim-1.
     """
     pos = torch.arange(length, dtype=torch.float64)[:, None]  # (length, 1)
     inv_freq = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
     angle = pos * inv_freq  # (length, dim/2); float64 so large positions stay accurate
+    if layout == "halves":
+        return torch.cat([angle.sin(), angle.cos()], dim=1).float()
     table = torch.empty(length, dim, dtype=torch.float64)
     table[:, 0::2] = angle.sin()
     table[:, 1::2] = angle.cos()
@@ -212,11 +217,13 @@ class FeedForward(nn.Module):
     """Position-wise feed-forward network with hidden size ffn_dim.
 
     relu:   max(0, x W1 + b1) W2 + b2            (the paper)
+    swish:  silu(x W1 + b1) W2 + b2              (Marian's, not gated)
     swiglu: (silu(x W) * (x V)) W2, no biases    (Shazeer 2020; W and V fused in one matmul)
     """
 
     def __init__(self, d_model: int, ffn_dim: int, activation: str) -> None:
         super().__init__()
+        self.activation = activation
         self.swiglu = activation == "swiglu"
         width = 2 * ffn_dim if self.swiglu else ffn_dim
         self.w_in = nn.Linear(d_model, width, bias=not self.swiglu)
@@ -227,16 +234,18 @@ class FeedForward(nn.Module):
         xavier_(self.w_out)
 
     def forward(self, x: Tensor) -> Tensor:
-        return feed_forward(x, self.w_in, self.w_out, self.swiglu)
+        return feed_forward(x, self.w_in, self.w_out, self.activation)
 
 
 def feed_forward(x: Tensor, w_in: Callable[[Tensor], Tensor], w_out: Callable[[Tensor], Tensor],
-                 swiglu: bool) -> Tensor:
+                 activation: str) -> Tensor:
     """(..., D) -> (..., D) through the two linears (modules, or decode_step's StepLinears)."""
     h = w_in(x)  # (..., ffn) or (..., 2*ffn)
-    if swiglu:
+    if activation == "swiglu":
         gate, up = h.chunk(2, dim=-1)
         h = F.silu(gate) * up
+    elif activation == "swish":
+        h = F.silu(h)  # not in place: its backward needs its input
     else:
         # In place is safe: the linear's backward needs its input, not its output.
         h = F.relu(h, inplace=True)

@@ -59,7 +59,7 @@ class LayerStep:
     def __init__(self, layer: DecoderLayer) -> None:
         self.pre_norm = layer.pre_norm
         self.heads = layer.self_attn.heads
-        self.swiglu = layer.ffn.swiglu
+        self.activation = layer.ffn.activation
         self.norms = [step_norm(n) for n in (layer.norm1, layer.norm2, layer.norm3)]
         self.qkv, self.self_out = step_linear(layer.self_attn.qkv), step_linear(layer.self_attn.out)
         self.q, self.cross_out = step_linear(layer.cross_attn.q), step_linear(layer.cross_attn.out)
@@ -99,7 +99,7 @@ def layer_step(w: LayerStep, x: Tensor, kv: Tensor, step: int, cross_k: Tensor,
         return w.cross_out(y.transpose(1, 2).reshape(rows, dim))
 
     def ffn(h: Tensor) -> Tensor:
-        return feed_forward(h, w.w_in, w.w_out, w.swiglu)
+        return feed_forward(h, w.w_in, w.w_out, w.activation)
 
     # `residual` at inference: no dropout
     x = residual(x, self_attn, w.norms[0], 0.0, w.pre_norm, False)

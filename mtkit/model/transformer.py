@@ -18,6 +18,7 @@ The search sees the model only through the `search.SearchModel` protocol: ``enco
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -39,7 +40,8 @@ from mtkit.model.step import StepWeights, layer_step
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> None:
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0,
+                 start_id: int | None = None) -> None:
         super().__init__()
         if cfg.d_model % cfg.heads or (cfg.d_model // cfg.heads) % 2:
             raise ValueError(f"d_model {cfg.d_model} must split into {cfg.heads} even-sized heads")
@@ -50,7 +52,7 @@ class Transformer(nn.Module):
             )
         self.cfg = cfg
         self.pad_id = pad_id
-        self.embed_scale = math.sqrt(cfg.d_model)
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         d = cfg.d_model
 
         # Embeddings and output projection, shared per tie_embeddings. Sharing is by
@@ -60,12 +62,17 @@ class Transformer(nn.Module):
             self.src_embed = self.tgt_embed
         else:
             self.src_embed = nn.Embedding(src_vocab, d, padding_idx=pad_id)
-        self.out_proj = nn.Linear(d, tgt_vocab, bias=False)
+        self.out_proj = nn.Linear(d, tgt_vocab, bias=cfg.output_bias)
         if cfg.tie_embeddings in ("all", "decoder"):
             self.out_proj.weight = self.tgt_embed.weight
+        if start_id is not None and start_id == pad_id:
+            # A decoder that starts from the pad id (Marian's) reads the pad row as its start
+            # embedding, zero in such models; CTranslate2 starts them from a zero vector. The
+            # lookup gives that row no gradient, but a tied output projection would: keep it.
+            self.tgt_embed.weight.register_hook(functools.partial(_without_row, row=pad_id))
 
         if cfg.positions == "sinusoidal":
-            table = sinusoidal_positions(cfg.max_positions, d)
+            table = sinusoidal_positions(cfg.max_positions, d, cfg.position_layout)
             self.register_buffer("pos_table", table, persistent=False)  # rebuilt, not saved
             self.pos_embed = None
         else:
@@ -94,6 +101,8 @@ class Transformer(nn.Module):
                 table.weight[self.pad_id].zero_()
         if self.out_proj.weight is not self.tgt_embed.weight:
             nn.init.normal_(self.out_proj.weight, 0.0, std)
+        if self.out_proj.bias is not None:
+            nn.init.zeros_(self.out_proj.bias)
         if self.pos_embed is not None:
             nn.init.normal_(self.pos_embed.weight, 0.0, std)
 
@@ -162,7 +171,6 @@ class Transformer(nn.Module):
         return self.decode(tgt_in, *self.encode(src), positions=positions)
 
     # ----------------------------------------------------------------------- step by step
-    # ----------------------------------------------------------------------- step by step
 
     def step_weights(self) -> StepWeights:
         """The decoder's weights as decode_step reads them, gathered now: a snapshot, so
@@ -224,3 +232,10 @@ class Transformer(nn.Module):
         if weights.final_norm is not None:
             x = weights.final_norm(x)
         return weights.out_proj(x).float()  # (B, V)
+
+
+def _without_row(grad: Tensor, row: int) -> Tensor:
+    """The gradient with one row zero: that row of the weight never changes."""
+    grad = grad.clone()
+    grad[row] = 0
+    return grad

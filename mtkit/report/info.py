@@ -18,12 +18,21 @@ import torch
 
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.files.textio import file_fingerprint, read_json, read_json_lines
-from mtkit.model.checkpoint import FORMAT, FORMAT_VERSION, Bundle, Parent, Trained, load_checkpoint
+from mtkit.model.checkpoint import (
+    FORMAT,
+    FORMAT_VERSION,
+    Bundle,
+    Imported,
+    Parent,
+    Trained,
+    load_checkpoint,
+)
 from mtkit.train.run import RunPaths
 
 # the model section as --json shows it: fixed keys (dropout is training, not architecture)
 ARCHITECTURE = ("enc_layers", "dec_layers", "d_model", "heads", "ffn_dim", "activation",
-                "norm", "positions", "tie_embeddings", "max_positions")
+                "norm", "positions", "position_layout", "scale_embeddings", "output_bias",
+                "tie_embeddings", "max_positions")
 # the decode settings translate and serve start from (their options change them)
 DECODE = ("beam", "lenpen", "stop", "nbest", "max_len_a", "max_len_b")
 # null if unknown
@@ -65,7 +74,7 @@ class ModelInfo:
     parameters: int
     vocab: tuple[int, int]  # source, target
     joint: bool
-    model_type: str  # unigram or bpe
+    model_type: str  # unigram or bpe; "explicit vocabulary" for an imported model's
     tags: tuple[str, ...]  # the corpus tags the source vocabulary holds (translate --tag)
     decode: dict[str, Any]  # the recipe's decode settings named in DECODE
     trained: Trained | None  # None: not recorded (bundles of older versions)
@@ -73,6 +82,7 @@ class ModelInfo:
     data_fingerprints: dict[str, str]
     averaged_from: list[str] = field(default_factory=list)
     parent: Parent | None = None  # the model train.init_from started the run from
+    imported: Imported | None = None  # where `mtkit import` read the model from
     run: RunInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,7 +109,9 @@ class ModelInfo:
                          "data_fingerprints": self.data_fingerprints},
             "lineage": {"averaged_from": self.averaged_from,
                         "init_from": None if self.parent is None
-                        else dataclasses.asdict(self.parent)},
+                        else dataclasses.asdict(self.parent),
+                        "imported": None if self.imported is None
+                        else dataclasses.asdict(self.imported)},
             "run": run,
         }
 
@@ -118,7 +130,8 @@ class ModelInfo:
                  ("vocabulary", f"{self.vocab[0]:,} source, {self.vocab[1]:,} target "
                                 f"({vocab} {self.model_type})"),
                  *([("tags", ", ".join(self.tags) + " (translate --tag)")] if self.tags else [])]
-        training = [("updates", "not recorded")] if t is None else [
+        untrained = "trained elsewhere (imported)" if self.imported else "not recorded"
+        training = [("updates", untrained)] if t is None else [
             ("updates", f"{t.updates:,}"), ("epoch", str(t.epoch)),
             ("training time", _duration(t.seconds)),
             ("target tokens/s", f"{t.tgt_tokens_per_s:,.0f}"),
@@ -129,6 +142,10 @@ class ModelInfo:
         lineage = [("averaged from", p) for p in self.averaged_from] or [("averaged from", "-")]
         lineage.append(("fine-tuned from", "-" if self.parent is None else
                         f"{self.parent.path} (fingerprint {self.parent.fingerprint[:12]})"))
+        if self.imported is not None:
+            i = self.imported
+            lineage.append(("imported from", f"{i.path} ({i.format}: {i.name}, weights "
+                                             f"fingerprint {i.fingerprint[:12]})"))
         decode = [(key, str(value)) for key, value in self.decode.items()]
         groups = [("file", file), ("model", model),
                   ("decode (translate's defaults)", decode), ("training", training),
@@ -199,7 +216,8 @@ def model_info(path: str | Path) -> ModelInfo:
         parameters=parameters,
         vocab=(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size),
         joint=tokenizer.joint,
-        model_type=recipe.tokenizer.model_type,
+        model_type=(recipe.tokenizer.model_type if recipe.tokenizer.kind == "sentencepiece"
+                    else "explicit vocabulary"),
         tags=tokenizer.tags,
         decode={key: getattr(recipe.decode, key) for key in DECODE},
         trained=bundle.trained,
@@ -207,6 +225,7 @@ def model_info(path: str | Path) -> ModelInfo:
         data_fingerprints=dict(bundle.data_fingerprints),
         averaged_from=list(bundle.averaged_from),
         parent=bundle.parent,
+        imported=bundle.imported,
         run=None if run_dir is None else run_info(RunPaths(run_dir), model_path),
     )
 

@@ -10,6 +10,7 @@ fingerprint (`checkpoint.Parent`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -22,9 +23,11 @@ from mtkit.model.checkpoint import Bundle, Parent, load_checkpoint
 log = logging.getLogger("mtkit")
 
 
-def load_parent(recipe: Recipe) -> tuple[Bundle, Parent]:
-    """The bundle train.init_from names, checked against the recipe; ConfigError naming
-    the key when it is missing, not a model, or of another architecture."""
+def load_parent(recipe: Recipe) -> tuple[Recipe, Bundle, Parent]:
+    """The bundle train.init_from names, checked against the recipe, and the recipe with
+    the sections its file left out taken from the parent (`Recipe.inherited`: model,
+    tokenizer); ConfigError naming the key when it is missing, not a model, or of another
+    architecture."""
     path = recipe.train.init_from
     if path is None:
         raise ValueError("the recipe has no train.init_from")  # a bug: callers check
@@ -32,19 +35,29 @@ def load_parent(recipe: Recipe) -> tuple[Bundle, Parent]:
         bundle = load_checkpoint(path)
     except CheckpointError as exc:
         raise ConfigError(f"train.init_from: {exc}") from None
+    taken = {name: getattr(bundle.recipe, name) for name in recipe.inherited}
+    if taken:
+        recipe = dataclasses.replace(recipe, inherited=(), **taken)
+        log.info("train.init_from: the %s section%s of %s", " and ".join(taken),
+                 "s" if len(taken) > 1 else "", path)
     old, new = bundle.recipe.model, recipe.model
     if old != new:
         differ = ", ".join(f"model.{name} {getattr(new, name)} (parent {getattr(old, name)})"
                            for name in changed_fields(old, new))
         raise ConfigError(f"train.init_from: {path} has another architecture: {differ}; "
                           "a fine-tuned model keeps its parent's model section")
-    joint = bundle.spm_tgt is None
+    tokenizer = bundle.tokenizer()
+    joint = tokenizer.joint
     if joint != recipe.tokenizer.joint:
         raise ConfigError(f"train.init_from: {path} has {'one joint' if joint else 'separate'} "
                           f"SentencePiece model{'' if joint else 's'}: set tokenizer.joint: "
                           f"{str(joint).lower()}")
-    require_tags(bundle.tokenizer(), recipe.data.tags, f"train.init_from: {path}")
-    return bundle, Parent(str(path), file_fingerprint(path))
+    if bundle.recipe.tokenizer.kind != recipe.tokenizer.kind:
+        raise ConfigError(f"train.init_from: {path} has tokenizer.kind "
+                          f"{bundle.recipe.tokenizer.kind}: set it, or leave the tokenizer "
+                          "section out")
+    require_tags(tokenizer, recipe.data.tags, f"train.init_from: {path}")
+    return recipe, bundle, Parent(str(path), file_fingerprint(path))
 
 
 def write_parent_tokenizer(recipe: Recipe, bundle: Bundle, out_dir: Path) -> Tokenizer:

@@ -249,7 +249,8 @@ def check_same_run(bundle: Bundle, recipe: Recipe, tokenizer: Tokenizer,
             f"{run_dir}: the recipe's model section changed since this run started "
             f"({changed}); {advice}"
         )
-    if (bundle.spm_src, bundle.spm_tgt) != (tokenizer.src_bytes, tokenizer.tgt_bytes):
+    if (bundle.spm_src, bundle.spm_tgt, bundle.vocab) != (
+            tokenizer.src_bytes, tokenizer.tgt_bytes, tokenizer.vocab_bytes):
         raise ConfigError(f"{run_dir}: the tokenizer changed since this run started; {advice}")
     if bundle.data_fingerprints.get("init_from") != data_fingerprints.get("init_from"):
         raise ConfigError(f"{run_dir}: train.init_from names another model than this run "

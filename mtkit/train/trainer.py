@@ -98,8 +98,8 @@ class Trainer:
                                    tokenizer.specials)
         seed_everything(cfg.seed)  # before the model: its initial weights are random
         self.model = Transformer(
-            recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, self.pad
-        ).to(self.device)
+            recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, self.pad,
+            tokenizer.specials.start).to(self.device)
         self.train_model = for_training(self.model, cfg.compile, self.ranks.several)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps,
@@ -167,6 +167,7 @@ class Trainer:
             recipe=self.recipe,
             spm_src=self.tokenizer.src_bytes,
             spm_tgt=self.tokenizer.tgt_bytes,
+            vocab=self.tokenizer.vocab_bytes,
             data_fingerprints=self.data_fingerprints,
             train_state=train_state,
             trained=Trained.from_progress(self.progress),

@@ -259,7 +259,7 @@ def test_help_lists_every_command(tmp_path, mtkit_cli):
     result = mtkit_cli(["--help"], cwd=tmp_path)
     assert result.returncode == 0
     for command in ("spm-train", "binarize", "train", "average", "translate", "score", "serve",
-                    "export", "info", "plot"):
+                    "export", "info", "plot", "import"):
         assert re.search(rf"^\s+{command}\s", result.stdout, re.M), command
 
 

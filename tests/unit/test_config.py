@@ -295,7 +295,8 @@ def test_every_number_declares_a_range(cls):
 
 def test_sections_of_the_recipe_are_all_checked_above():
     hints = typing.get_type_hints(Recipe)
-    sections = {hints[f.name] for f in dataclasses.fields(Recipe) if f.name != "name"}
+    sections = {hints[f.name] for f in dataclasses.fields(Recipe)
+                if not f.metadata.get("internal")}
     assert sections == {DataConfig, TokenizerConfig, ModelConfig, TrainConfig, DecodeConfig}
 
 
@@ -441,3 +442,20 @@ def test_upgrade_renames_old_keys_and_leaves_the_rest():
     assert upgrade_recipe(raw, "r") == {"data": raw["data"], "train": {"lr": 1, "average": "none"}}
     assert raw["train"] == {"average_last": 1, "lr": 1}  # the caller's dict is left as it was
     assert upgrade_recipe({"train": "x"}, "r") == {"train": "x"}  # the walker reports that
+
+
+def test_a_fine_tuning_recipe_may_leave_model_and_tokenizer_to_its_parent(tmp_path):
+    (tmp_path / "p.pt").write_bytes(b"")
+    body = "data: {train: {src: a, tgt: b}}\ntrain: {init_from: p.pt}\n"
+    recipe = load_recipe(write_recipe(tmp_path, body), check_files=False)
+    assert recipe.inherited == ("tokenizer", "model")
+    assert "inherited" not in recipe.to_dict()
+    mine = load_recipe(write_recipe(tmp_path, body + "model: {d_model: 64, heads: 4}\n"),
+                       check_files=False)
+    assert mine.inherited == ("tokenizer",)
+    alone = load_recipe(write_recipe(tmp_path, "data: {train: {src: a, tgt: b}}\n"),
+                        check_files=False)
+    assert alone.inherited == ()  # without a parent, the defaults
+    with pytest.raises(ConfigError, match="tokenizer.kind: vocab is an imported model's"):
+        load_recipe(write_recipe(tmp_path, "data: {train: {src: a, tgt: b}}\n"
+                                 "tokenizer: {kind: vocab}\n"), check_files=False)

@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"config", "files", "progress", "runtime"},
     {"data"},
     {"model"},
-    {"decode"},
+    {"decode", "convert"},  # convert: importers of models trained elsewhere
     {"evaluate"},
     {"train"},
     {"report"},

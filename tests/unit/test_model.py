@@ -23,6 +23,9 @@ VARIANTS = [
     for norm in ("pre", "post")
     for act in ("relu", "swiglu")
 ]
+# Marian's options (an imported OPUS-MT model): swish, sines then cosines, a logits bias
+VARIANTS.append(replace(TINY, norm="post", activation="swish", position_layout="halves",
+                        output_bias=True, scale_embeddings=False))
 VARIANT_IDS = [f"{c.norm}-{c.activation}" for c in VARIANTS]
 
 

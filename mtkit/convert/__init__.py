@@ -1,0 +1,1 @@
+"""Importers: models trained elsewhere, read into mtkit bundles (`mtkit import`)."""

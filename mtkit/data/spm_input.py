@@ -1,0 +1,66 @@
+"""What SentencePiece training reads, and how its failures read: the corpus lines as a
+stream that remembers read errors, a seeded sample of them, and spm's errors as one line."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from mtkit.errors import DataError
+from mtkit.files.textio import read_lines
+
+
+class CorpusStream:
+    """Iterates the lines of several files, remembering read errors spm would swallow."""
+
+    def __init__(self, paths: list[Path]):
+        self.paths = paths
+        self.nonempty = 0
+        self.error: DataError | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            for path in self.paths:
+                for line in read_lines(path):
+                    if line.strip():
+                        self.nonempty += 1
+                        yield line
+        except DataError as exc:
+            # spm turns an exception in its input iterator into an opaque RuntimeError
+            self.error = exc
+
+
+def reservoir_sample(lines: Iterable[str], size: int, seed: int) -> list[str]:
+    """A uniform random sample of `size` lines in one pass (algorithm R), fixed by `seed`."""
+    rng = random.Random(seed)
+    sample: list[str] = []
+    for seen, line in enumerate(lines):
+        if seen < size:
+            sample.append(line)
+        else:
+            slot = rng.randrange(seen + 1)
+            if slot < size:
+                sample[slot] = line
+    return sample
+
+
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+_TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def training_error(message: str, vocab_size: int, where: str) -> DataError:
+    if match := _TOO_HIGH.search(message):
+        return DataError(
+            f"{where}: vocab_size {match.group(1)} is too large for this corpus; "
+            f"use at most {match.group(2)} (tokenizer.vocab_size)"
+        )
+    if match := _TOO_LOW.search(message):
+        return DataError(
+            f"{where}: vocab_size {vocab_size} is too small for this corpus; it needs at least "
+            f"{match.group(2)} (tokenizer.vocab_size) or a lower tokenizer.character_coverage"
+        )
+    # drop spm's "INTERNAL: src/file.cc(123) [check] " prefix; keep its explanation
+    detail = re.sub(r"^.*?\] ", "", message.splitlines()[0]).strip() or message.strip()
+    return DataError(f"{where}: SentencePiece training failed: {detail}")

@@ -1,0 +1,158 @@
+"""Special ids, and explicit vocabularies: the tokenizer kind of imported models.
+
+mtkit's own tokenizers are SentencePiece models whose ids are the model's ids. A model
+imported from elsewhere (Marian / OPUS-MT) has a vocabulary of its own besides its
+SentencePiece models: a piece -> id map (`vocab.json`), one for both sides or one per
+side, with its own special ids (`</s>` 0, `<unk>` 1, `<pad>` last). A `Vocabulary` holds
+that map, as the model has it (no remapping: a remap would change the softmax's rows), and
+maps SentencePiece pieces through it as Hugging Face's MarianTokenizer does: a piece not in
+the vocabulary is `<unk>`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sentencepiece as spm
+
+from mtkit.errors import CheckpointError
+
+# A source line may start with a target-language token, >>fra<< (multilingual models).
+TAG_OPEN, TAG_CLOSE = ">>", "<<"
+# Share of a SentencePiece model's pieces its vocabulary must hold. Not 100%: Marian builds
+# the vocabulary from the encoded training text, so a piece the text never produced may be
+# missing; another model's vocabulary shares only a few of them.
+MIN_PIECES_KNOWN = 0.9
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """The target-side ids that batches, the loss and the search give a meaning to.
+
+    A model's own: mtkit's tokenizers have pad 0, unk 1, start 2 (<s>), eos 3; an
+    imported model may have others (its decoder may start from pad or from eos). Sources
+    are padded with `pad` and end with `eos` too. `banned`: further ids the model must
+    never emit (a generation config's bad_words_ids).
+    """
+
+    pad: int
+    unk: int
+    start: int  # the token the decoder is fed first
+    eos: int
+    banned: tuple[int, ...] = ()
+
+    @property
+    def never_emitted(self) -> tuple[int, ...]:
+        """Ids a search must not produce: pad, the start token unless it is eos, and the
+        banned ones."""
+        return tuple(sorted(({self.pad, self.start} - {self.eos}) | set(self.banned)))
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Pieces by id for each side (`tgt` None: `src` serves both) and the special ids."""
+
+    src: tuple[str, ...]
+    tgt: tuple[str, ...] | None
+    specials: SpecialIds
+    _index: dict[str, dict[str, int]] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._index["src"] = {piece: i for i, piece in enumerate(self.src)}
+        self._index["tgt"] = (self._index["src"] if self.tgt is None else
+                              {piece: i for i, piece in enumerate(self.tgt)})
+
+    @property
+    def joint(self) -> bool:
+        return self.tgt is None
+
+    def pieces(self, side: str) -> tuple[str, ...]:
+        return self.src if side == "src" or self.tgt is None else self.tgt
+
+    def index(self, side: str) -> dict[str, int]:
+        return self._index[side]
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The target-language tokens of the source side, as names: >>fra<< -> fra."""
+        return tuple(p[2:-2] for p in self.src
+                     if p.startswith(TAG_OPEN) and p.endswith(TAG_CLOSE) and len(p) > 4)
+
+    def tag_id(self, tag: str) -> int | None:
+        """The id of >>tag<< (or of tag, written whole), None when the source lacks it."""
+        piece = tag if tag.startswith(TAG_OPEN) else f"{TAG_OPEN}{tag}{TAG_CLOSE}"
+        return self._index["src"].get(piece)
+
+    # -- encoding and decoding
+
+    def encode(self, proc: spm.SentencePieceProcessor, lines: Sequence[str], side: str,
+               threads: int | None = None) -> list[list[int]]:
+        """Each line's ids: SentencePiece's pieces through the vocabulary (unknown: <unk>).
+        A source line that starts with >>xx<< keeps it as one token, as MarianTokenizer.
+        `threads`: one batched SentencePiece call on that many threads (-1: all cores);
+        None: a call per line (cheaper for a few lines)."""
+        index, unk = self._index[side], self.specials.unk
+        codes, texts = [], []
+        for line in lines:
+            code: list[int] = []
+            if side == "src" and line.startswith(TAG_OPEN) and (end := line.find(TAG_CLOSE)) != -1:
+                code = [index.get(line[: end + 2], unk)]
+                line = line[end + 2:]
+            codes.append(code)
+            texts.append(line)
+        if threads is None:
+            pieces = [proc.encode(text, out_type=str) for text in texts]
+        else:
+            pieces = proc.encode(texts, out_type=str, num_threads=threads)
+        return [code + [index.get(p, unk) for p in seq] for code, seq in zip(codes, pieces)]
+
+    def ids_of(self, proc: spm.SentencePieceProcessor, side: str) -> list[int]:
+        """SentencePiece id -> vocabulary id (unknown: <unk>): for sampled segmentations,
+        which come as SentencePiece ids."""
+        index, unk = self._index[side], self.specials.unk
+        return [index.get(proc.id_to_piece(i), unk) for i in range(proc.vocab_size())]
+
+    def decode(self, proc: spm.SentencePieceProcessor, ids: Sequence[int]) -> str:
+        """Target ids -> text: the pieces without the special ids, through SentencePiece."""
+        pieces, s = self.pieces("tgt"), self.specials
+        skip = {s.pad, s.unk, s.eos, s.start}
+        return proc.decode_pieces([pieces[i] for i in ids if i not in skip and i < len(pieces)])
+
+    # -- checks and the file boundary
+
+    def check_matches(self, proc: spm.SentencePieceProcessor, side: str, name: str) -> None:
+        """ValueError unless this side's vocabulary holds most of the model's pieces."""
+        index = self._index[side]
+        normal = [proc.id_to_piece(i) for i in range(proc.vocab_size())
+                  if not (proc.is_control(i) or proc.is_unknown(i))]
+        known = sum(piece in index for piece in normal)
+        if normal and known < MIN_PIECES_KNOWN * len(normal):
+            raise ValueError(f"the vocabulary does not match {name}: it holds {known} of its "
+                             f"{len(normal)} pieces")
+
+    def to_bytes(self) -> bytes:
+        s = self.specials
+        raw = {"src": list(self.src), "tgt": None if self.tgt is None else list(self.tgt),
+               "specials": {"pad": s.pad, "unk": s.unk, "start": s.start, "eos": s.eos,
+                            "banned": list(s.banned)}}
+        return json.dumps(raw, ensure_ascii=False).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, blob: bytes, where: str) -> Vocabulary:
+        try:
+            raw: dict[str, Any] = json.loads(bytes(blob).decode("utf-8"))
+            s = raw["specials"]
+            specials = SpecialIds(int(s["pad"]), int(s["unk"]), int(s["start"]), int(s["eos"]),
+                                  tuple(int(i) for i in s.get("banned", ())))
+            vocab = cls(tuple(raw["src"]), None if raw["tgt"] is None else tuple(raw["tgt"]),
+                        specials)
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise CheckpointError(f"{where}: the vocabulary is damaged") from None
+        size = len(vocab.pieces("tgt"))
+        if not all(0 <= i < size for i in (specials.pad, specials.unk, specials.start,
+                                            specials.eos, *specials.banned)):
+            raise CheckpointError(f"{where}: the vocabulary's special ids lie outside it")
+        return vocab
