@@ -137,6 +137,9 @@ class Trainer:
             else:  # train.ema switched on in a running run: the average starts here
                 self.ema = WeightEMA(self.model, self.cfg.ema)
         self.optimizer.load_state_dict(state.optimizer)
+        if self.cfg.precision == "auto":  # a run goes on as it trained: exact resume
+            self.precision = state.progress.precision or "fp32"  # "": an earlier version's
+            log.info("training in %s, as this run did (train.precision auto)", self.precision)
         self.progress = state.progress
         self.progress.finished = ""
         self.batches.load_state_dict(self.progress.sampler)

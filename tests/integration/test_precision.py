@@ -63,3 +63,17 @@ def test_a_run_resumes_in_the_other_precision(tmp_path, first, then):
     assert progress.step == 12 and progress.precision == then
     assert load_checkpoint(RunPaths(run_dir).last).trained.precision == then
     assert all(w.dtype == torch.float32 for w in weights(RunPaths(run_dir).last).values())
+
+
+def test_auto_resumes_in_the_precision_the_run_trained_in(tmp_path, monkeypatch):
+    """Under auto the probe chooses for a new run only: a resumed run goes on as it
+    trained (bit-exact resume whatever the probe says on the day)."""
+    monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda device: 5.0)
+    run(tmp_path, "whole", 8)
+    run(tmp_path, "split", 4)
+    monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda device: 0.5)
+    progress, split = run(tmp_path, "split", 8)
+    assert progress.precision == "bf16"
+    a, b = weights(RunPaths(tmp_path / "whole").last), weights(RunPaths(split).last)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
