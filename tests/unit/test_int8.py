@@ -1,5 +1,7 @@
-"""int8 inference (`--quantize int8`): the int8 linear against fp32, and a quantised model
-whose cached decoding still equals its full decode."""
+"""int8 inference (`--quantize int8`): the int8 linear against fp32 on both of its paths
+(fp32 with the dequantised weights for few rows, oneDNN's int8 matmul for many), which
+path a call takes, and quantised models: cached decoding equals the full decode, and a
+Translator gives one sentence alone what it gives it in a batch."""
 
 from __future__ import annotations
 
@@ -7,24 +9,57 @@ import warnings
 
 import pytest
 import torch
+from builders import SPECIALS, raw_recipe
 
-from mtkit.config import ModelConfig
-from mtkit.decode.engine import Int8Linear, quantize_int8
+from mtkit.config import DecodeConfig, ModelConfig, recipe_from_dict
+from mtkit.decode import engine as engine_module
+from mtkit.decode.engine import FP32_WORK, Int8Linear, TorchEngine, quantize_int8
+from mtkit.decode.translate import Translator
 from mtkit.model.transformer import Transformer
 
 BOS, VOCAB = 1, 23
 TINY = ModelConfig(enc_layers=2, dec_layers=2, d_model=16, heads=2, ffn_dim=32,
                    max_positions=64)
+FP32, INT8 = 10**12, 0  # fp32_work that sends every call down one path
 
 
+@pytest.fixture
+def threads():
+    """Set torch's threads for the test (fp32_work is per thread), then restore them."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def paths_taken(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(path, rows) of every Int8Linear call with rows, in order; and each call took the
+    path its rows call for."""
+    taken: list[tuple[str, int]] = []
+    for path in ("few_rows", "many_rows"):
+        original = getattr(Int8Linear, path)
+
+        def spy(self, x, original=original, path=path):
+            assert path == ("few_rows" if x.size(0) <= self.fp32_rows else "many_rows")
+            taken.append((path, x.size(0)))
+            return original(self, x)
+
+        monkeypatch.setattr(Int8Linear, path, spy)
+    return taken
+
+
+@pytest.mark.parametrize("fp32_work", [INT8, FP32], ids=["int8", "fp32"])
 @pytest.mark.parametrize("shape", [(1, 32), (7, 32), (3, 5, 32), (0, 32)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_int8_linear_is_close_to_fp32(shape, bias):
+def test_int8_linear_is_close_to_fp32(shape, bias, fp32_work, paths_taken):
     torch.manual_seed(0)
     linear = torch.nn.Linear(32, 24, bias=bias)
     x = torch.randn(*shape)
     with torch.inference_mode():
-        expected, got = linear(x), Int8Linear(linear)(x)
+        expected, got = linear(x), Int8Linear(linear, fp32_work)(x)
+    if x.numel():
+        assert paths_taken == [("many_rows" if fp32_work == INT8 else "few_rows",
+                                x.numel() // 32)]
     assert got.shape == expected.shape and got.dtype == torch.float32
     # 8 bits for x and W: errors of a few hundredths of the output's range
     if expected.numel():
@@ -37,11 +72,51 @@ def test_int8_keeps_zero_inputs_exact():
     x = torch.zeros(2, 8)
     x[1] = torch.rand(8) + 1.0  # all positive: a range not including 0 unless forced
     with torch.inference_mode():
-        got = Int8Linear(linear)(x)
+        got = Int8Linear(linear, INT8)(x)
     torch.testing.assert_close(got[0], linear.bias.detach(), atol=1e-6, rtol=0)
 
 
-def test_quantized_model_decodes_step_by_step_as_in_full_without_deprecations():
+def test_a_call_takes_the_fp32_path_up_to_fp32_work(paths_taken, threads):
+    """Up to fp32_work multiply-adds per thread: x times the dequantised weights,
+    exactly; beyond: int8, close to it. Both multiply by the same int8 weights."""
+    torch.manual_seed(0)
+    threads(1)
+    linear = torch.nn.Linear(32, 24)
+    layer = Int8Linear(linear, fp32_work=4 * 32 * 24 + 5)  # 4 rows
+    dequantized = layer.w_scale[:, None] * torch.round(linear.weight.detach()
+                                                        / layer.w_scale[:, None])
+    x = torch.randn(9, 32)
+    with torch.inference_mode():
+        few = layer(x[:4])
+        many = layer(x)
+        one_by_one = torch.cat([layer(row[None]) for row in x])
+        reference = torch.nn.functional.linear(x, dequantized, linear.bias.detach())
+    assert paths_taken == [("few_rows", 4), ("many_rows", 9)] + [("few_rows", 1)] * 9
+    torch.testing.assert_close(few, reference[:4], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(one_by_one, reference, atol=1e-5, rtol=1e-5)
+    assert (many - reference).abs().max() <= 0.02 * reference.abs().max()
+
+
+def test_fp32_rows_follow_the_layer_size_and_the_threads(threads):
+    """Each layer takes the rows that fit in fp32_work multiply-adds per thread; a layer
+    where one row does not fit at the threads it is made with keeps no fp32 copy."""
+    model = Transformer(TINY, VOCAB, VOCAB).eval()
+    threads(1)
+    quantized = quantize_int8(model, fp32_work=16 * 32 * 3)  # the 16 -> 32 layer: 3 rows
+    layers = [m for m in quantized.modules() if isinstance(m, Int8Linear)]
+    assert {(m.in_features, m.out_features): m.fp32_rows for m in layers} == {
+        (16, 48): 2, (16, 16): 6, (16, 32): 3, (32, 16): 3, (16, VOCAB): 4}
+    threads(2)
+    assert quantized.out_proj.fp32_rows == 8
+    none = quantize_int8(model, fp32_work=(16 * 16 - 1) // 2)
+    assert all(m.fp32_rows == 0 and m.dequantized is None
+               for m in none.modules() if isinstance(m, Int8Linear))
+    default = quantize_int8(model)
+    assert default.out_proj.fp32_rows == 2 * FP32_WORK // (16 * VOCAB)
+
+
+@pytest.mark.parametrize("fp32_work", [0, None], ids=["int8", "default"])
+def test_quantized_model_decodes_step_by_step_as_in_full_without_deprecations(fp32_work):
     torch.manual_seed(0)
     model = Transformer(TINY, VOCAB, VOCAB).eval()
     src = torch.randint(2, VOCAB, (2, 6))
@@ -49,7 +124,7 @@ def test_quantized_model_decodes_step_by_step_as_in_full_without_deprecations():
     tgt[:, 0] = BOS
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch.ao's path warned DeprecationWarning here
-        quantized = quantize_int8(model)
+        quantized = quantize_int8(model, fp32_work)
         with torch.inference_mode():
             memory, pad = quantized.encode(src)
             full = quantized.decode(tgt, memory, pad)
@@ -65,3 +140,45 @@ def test_quantized_model_decodes_step_by_step_as_in_full_without_deprecations():
     # the 8-bit tolerance of 0.05: x has 7 bits, see Int8Linear).
     torch.testing.assert_close(stepped, full, atol=0.1, rtol=0)
     assert (full.argmax(-1) == reference.argmax(-1)).float().mean() >= 0.8
+
+
+class WordTokenizer:
+    """Words w4 .. w22 are tokens 4 .. 22."""
+
+    specials = SPECIALS
+
+    def encode_src(self, lines: list[str]) -> list[list[int]]:
+        return [[int(word[1:]) for word in line.split()] for line in lines]
+
+    def decode_tgt(self, sequences: list[list[int]]) -> list[str]:
+        return [" ".join(f"w{token}" for token in seq) for seq in sequences]
+
+
+def test_a_sentence_alone_translates_as_in_a_batch(monkeypatch, paths_taken, threads):
+    """One sentence at beam 4 steps 4 rows, through fp32; the same sentences in one batch
+    step many rows, through int8: the same translations, scores within int8's error."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(enc_layers=1, dec_layers=2, d_model=32, heads=2, ffn_dim=64,
+                      dropout=0.0, max_positions=64)
+    model = Transformer(cfg, VOCAB, VOCAB, pad_id=SPECIALS.pad)
+    threads(1)
+    # 32 -> 96 (self-attention's q, k, v), the largest layer but the output: 5 rows
+    monkeypatch.setattr(engine_module, "FP32_WORK", 32 * 96 * 5)
+    engine = TorchEngine([quantize_int8(model)], WordTokenizer(),
+                         recipe_from_dict(raw_recipe("a", "b")))
+    settings = DecodeConfig(beam=4, lenpen=1.0, max_len_a=1.0, max_len_b=4)
+    generator = torch.Generator().manual_seed(1)
+    lines = [" ".join(f"w{t}" for t in torch.randint(4, VOCAB, (n,), generator=generator))
+             for n in torch.randint(3, 9, (16,), generator=generator).tolist()]
+    translator = Translator(engine, settings, max_tokens=4096)
+
+    alone = [translator.search([line])[0][0] for line in lines]
+    assert {path for path, rows in paths_taken if rows == settings.beam} == {"few_rows"}
+    paths_taken.clear()
+    together = [hyps[0] for hyps in translator.search(lines)]
+    # all 16 sentences step together until some end (then fewer rows, maybe fp32 again)
+    assert paths_taken.count(("many_rows", 16 * settings.beam)) >= 2 * 6 + 1  # 1st step
+
+    assert [h.score for h in together] == pytest.approx([h.score for h in alone], abs=0.05)
+    same = sum(a.tokens == b.tokens for a, b in zip(alone, together))
+    assert same >= len(lines) - 1  # a near tie may fall the other way
