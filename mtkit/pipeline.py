@@ -412,9 +412,13 @@ def eval_stage(run: PipelineRun) -> None:
         _skip("eval", "the recipe has no data.test sets")
         return
     scores_path = paths.eval / "scores.json"
+    decode = recipe.to_dict()["decode"]
+    if recipe.decode.sampling.kind == "none":  # then they change nothing (older stamps lack them)
+        for key in ("sampling", "temperature", "seed"):
+            decode.pop(key)
     stamp = {
         "model": file_fingerprint(paths.model),
-        "decode": recipe.to_dict()["decode"],
+        "decode": decode,
         "tests": [[file_fingerprint(t.src), file_fingerprint(t.tgt)] for t in recipe.data.test],
     }
     old = read_json(scores_path)

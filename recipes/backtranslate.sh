@@ -12,9 +12,33 @@
 #
 #   bash recipes/backtranslate.sh            # from the checkout: the Bible data in recipes/data/
 #   DATA=corpus WORK=runs/bt-x REAL=100000 bash recipes/backtranslate.sh
+#   WORK=runs/bt-sampled bash recipes/backtranslate.sh --sampling topk:10
 #
-# Extra arguments go to every `mtkit train`, e.g. --set train.max_time=10m.
+# The synthetic Spanish comes from beam search (the reverse model's decode settings), or,
+# with --sampling RULE (full, topk:K or topp:P; `mtkit translate --sampling`), is drawn at
+# random (Edunov et al. 2018, "Understanding Back-Translation at Scale": sampling beats
+# beam with much data, beam wins with little); --seed N chooses the samples (default 0).
+# Other arguments go to every `mtkit train`, e.g. --set train.max_time=10m.
 set -euo pipefail
+
+SAMPLING=${SAMPLING:-none}  # or the --sampling argument
+SEED=${SEED:-0}             # or the --seed argument
+train_args=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --sampling|--seed)
+            if [ $# -lt 2 ]; then
+                echo "backtranslate.sh: $1 needs a value (e.g. --sampling topk:10)" >&2
+                exit 2
+            fi
+            if [ "$1" = --sampling ]; then SAMPLING=$2; else SEED=$2; fi
+            shift 2 ;;
+        --sampling=*) SAMPLING=${1#*=}; shift ;;
+        --seed=*) SEED=${1#*=}; shift ;;
+        *) train_args+=("$1"); shift ;;
+    esac
+done
+set -- ${train_args[@]+"${train_args[@]}"}
 
 # DATA holds SPLIT.LANG for train, dev and test (plain or .gz), or bible.SPLIT.LANG.gz as
 # the shipped corpus does
@@ -66,10 +90,14 @@ train() {
 # 1. the reverse model, en->es, on the real pairs
 train en-es en es "[{src: $WORK/real.en, tgt: $WORK/real.es}]" "$@"
 
-# 2. synthetic Spanish for the monolingual English (beam search, as the paper's tagged runs)
-if [ ! -s "$WORK/synthetic.es" ] || [ "$WORK/en-es/model.pt" -nt "$WORK/synthetic.es" ]; then
+# 2. synthetic Spanish for the monolingual English: beam search (as the paper's tagged
+# runs), or samples; made again when the model or the way of decoding changes
+decode=(--sampling "$SAMPLING" --seed "$SEED")
+if [ ! -s "$WORK/synthetic.es" ] || [ "$WORK/en-es/model.pt" -nt "$WORK/synthetic.es" ] \
+        || [ "$(cat "$WORK/synthetic.decode" 2>/dev/null)" != "${decode[*]}" ]; then
     "$mtkit" translate -m "$WORK/en-es/model.pt" --input "$WORK/mono.en" \
-        --output "$WORK/synthetic.es"
+        --output "$WORK/synthetic.es" "${decode[@]}"
+    echo "${decode[*]}" > "$WORK/synthetic.decode"
 fi
 
 # 3. es->en: the baseline on the real pairs, and real + tagged synthetic pairs

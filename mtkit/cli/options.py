@@ -48,6 +48,20 @@ MaxLenAOpt = typer.Option(None, "--max-len-a", metavar="A", show_default=FROM_MO
                           help="Output length cap A * source length + B.")
 MaxLenBOpt = typer.Option(None, "--max-len-b", metavar="B", show_default=FROM_MODEL,
                           help="See --max-len-a.")
+SamplingOpt = typer.Option(
+    None, "--sampling", metavar="RULE", show_default=FROM_MODEL,
+    help="Draw each translation at random instead of beam search: full, topk:K (from the "
+    "K likeliest tokens) or topp:P (the smallest set of likeliest tokens with mass >= P); "
+    "none: beam search. --nbest N draws N per line.",
+)
+TemperatureOpt = typer.Option(
+    None, "--temperature", metavar="T", show_default=FROM_MODEL,
+    help="Sampling: divide the log-probabilities by T before the topk/topp cut (T > 0).",
+)
+SeedOpt = typer.Option(
+    None, "--seed", metavar="N", show_default=FROM_MODEL,
+    help="Sampling: the random seed; the same seed repeats the same samples.",
+)
 TagOpt = typer.Option(
     None, "--tag", metavar="NAME",
     help="Start each line with this corpus tag, as training did for the corpus with "

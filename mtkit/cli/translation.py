@@ -20,8 +20,11 @@ from mtkit.cli.options import (
     MaxTokensOpt,
     NbestOpt,
     QuantizeOpt,
+    SamplingOpt,
+    SeedOpt,
     StopOpt,
     TagOpt,
+    TemperatureOpt,
     one_of,
 )
 from mtkit.cli.options import ThreadsOpt as ServeThreadsOpt
@@ -63,6 +66,12 @@ def translate(
     nbest: int | None = NbestOpt,
     max_len_a: float | None = MaxLenAOpt,
     max_len_b: int | None = MaxLenBOpt,
+    sampling: str | None = SamplingOpt,
+    temperature: float | None = TemperatureOpt,
+    seed: int | None = SeedOpt,
+    prefix: Path | None = typer.Option(
+        None, "--prefix", metavar="FILE", help="One target prefix per input line (an empty "
+        "line: none): each translation starts with it and goes on from there."),
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
     threads: int = TranslateThreadsOpt,
@@ -88,9 +97,10 @@ def translate(
     job = TranslateJob(
         models=tuple(models), input_file=input_file, output_file=output_file,
         shard=Shard.parse(shard) if shard is not None else None,
-        decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b),
+        decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,
+                             temperature, seed),
         max_tokens=max_tokens, device=device, threads=threads, quantize=quantize,
-        engine=engine, tag=tag, scores=scores, quiet=quiet,
+        engine=engine, tag=tag, scores=scores, quiet=quiet, prefix_file=prefix,
     )
     try:
         stats = translate_job(job)
@@ -146,6 +156,9 @@ def serve(
     nbest: int | None = NbestOpt,
     max_len_a: float | None = MaxLenAOpt,
     max_len_b: int | None = MaxLenBOpt,
+    sampling: str | None = SamplingOpt,
+    temperature: float | None = TemperatureOpt,
+    seed: int | None = SeedOpt,
     tag: str | None = TagOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
@@ -182,7 +195,8 @@ def serve(
                     max_queue=max_queue, max_beam=max_beam)
     serve_forever(ServeOptions(
         models=tuple(models), host=host, port=port,
-        decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b), tag=tag,
+        decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,
+                             temperature, seed), tag=tag,
         quantize=quantize,
         device=device, threads=threads, workers=workers, processes=processes, engine=engine,
         max_tokens=max_tokens, batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,

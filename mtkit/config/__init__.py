@@ -11,6 +11,7 @@ from mtkit.config.loader import (
     recipe_from_dict,
     replace_checked,
 )
+from mtkit.config.sampling import Sampling
 from mtkit.config.sections import (
     Average,
     Corpus,
@@ -28,7 +29,7 @@ from mtkit.config.sections import (
 
 __all__ = [
     "Average", "Corpus", "DataConfig", "DecodeConfig", "Langs", "ModelConfig", "Pair",
-    "Recipe", "TokenizerConfig", "TrainConfig", "apply_overrides", "between",
+    "Recipe", "Sampling", "TokenizerConfig", "TrainConfig", "apply_overrides", "between",
     "changed_fields", "check_data_files", "load_recipe", "parse_duration",
     "recipe_from_dict", "replace_checked",
 ]

@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
+from mtkit.config.sampling import Sampling
+
 
 def between(low: float | None, high: float | None = None, doc: str = "") -> dict[str, Any]:
     """Field metadata: the inclusive range of a number (None = unbounded) and its doc line.
@@ -343,10 +345,20 @@ class DecodeConfig:
         "would beat it by ending at the next step (early), none could (exact), or none "
         "has a higher log-probability than the best finished (top)"))
     nbest: int = field(default=1, metadata=between(
-        1, 1000, doc="translations per sentence; at most beam"))
+        1, 1000, doc="translations per sentence; at most beam (samples: any number)"))
     max_len_a: float = field(default=1.2, metadata=between(
         0.0, doc="output length cap: a x source length + b"))
     max_len_b: int = field(default=10, metadata=between(0, doc="b of the length cap"))
+    sampling: Sampling = field(default=Sampling(), metadata=doc(
+        "none: beam search (greedy for beam 1); or draw each translation at random, from "
+        "the whole distribution (full), the K likeliest tokens (topk:K) or the smallest set "
+        "of likeliest tokens with mass >= P (topp:P); nbest samples per line, beam unused"))
+    temperature: float = field(default=1.0, metadata=between(0.0, doc=(
+        "sampling: the log-probabilities are divided by this before the topk/topp cut "
+        "(< 1 sharper, > 1 flatter); above 0")))
+    seed: int = field(default=0, metadata=between(0, 2**32 - 1, doc=(
+        "sampling: each line's samples come from random streams seeded by this, the line's "
+        "number in its input and the sample's, so a rerun repeats them")))
     tune_beam: tuple[int, ...] = field(default=(), metadata=between(
         1, 1000, doc="when set, the eval stage tries every beam x lenpen on the dev set and "
         "decodes the test sets with the best; beam fills in for an empty list"))
@@ -355,8 +367,10 @@ class DecodeConfig:
         "list"))
 
     def check(self) -> None:
-        # the n best come out of the beam
-        if self.nbest > self.beam:
+        if self.temperature <= 0:
+            raise ValueError(f"decode.temperature ({self.temperature:g}) must be above 0")
+        # the n best come out of the beam (samples do not)
+        if self.nbest > self.beam and self.sampling.kind == "none":
             raise ValueError(
                 f"decode.nbest ({self.nbest}) must not exceed decode.beam ({self.beam})"
             )
@@ -373,7 +387,8 @@ class Recipe:
     model: ModelConfig = field(default=ModelConfig(), metadata=doc("the Transformer"))
     train: TrainConfig = field(default=TrainConfig(), metadata=doc(
         "optimisation, checkpoints and stopping"))
-    decode: DecodeConfig = field(default=DecodeConfig(), metadata=doc("beam search"))
+    decode: DecodeConfig = field(default=DecodeConfig(), metadata=doc(
+        "beam search or sampling"))
     name: str = field(default="recipe", metadata={"internal": True})
     # the sections a fine-tuning recipe file leaves out, to be its parent's (train.init_from)
     inherited: tuple[str, ...] = field(default=(), metadata={"internal": True})

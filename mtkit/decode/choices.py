@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 # translate's options for the decode settings, so that errors name what the user typed
 OPTION_NAMES = {"beam": "--beam", "lenpen": "--lenpen", "stop": "--stop", "nbest": "--nbest",
-                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b"}
+                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b",
+                "sampling": "--sampling", "temperature": "--temperature", "seed": "--seed"}
 
 
 @dataclass(frozen=True)
@@ -21,3 +22,6 @@ class DecodeChoices:
     nbest: int | None = None
     max_len_a: float | None = None
     max_len_b: int | None = None
+    sampling: str | None = None  # none, full, topk:K or topp:P (checked by DecodeConfig)
+    temperature: float | None = None
+    seed: int | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +194,7 @@ def _np(tensor: torch.Tensor) -> np.ndarray:
 # gets every core intra-op.
 # `--threads N` sets N intra-op threads for every batch (one worker).
 LARGE_BATCH = 16  # sentences from which a batch gets every core intra-op (not tuned)
+_SEEDING = threading.Lock()  # CTranslate2's seed is one per process (see _sample)
 
 
 def choose_threads(sentences: int, cores: int, threads: int = 0) -> tuple[int, int]:
@@ -226,7 +228,8 @@ class CTranslate2Engine:
         self.recipe = load_exported_recipe(model_dir)
         self.max_source = self.recipe.model.max_positions - 1
         self.src_pieces = self.tokenizer.pieces("src")
-        self.tgt_ids = {piece: i for i, piece in enumerate(self.tokenizer.pieces("tgt"))}
+        self.tgt_pieces = self.tokenizer.pieces("tgt")
+        self.tgt_ids = {piece: i for i, piece in enumerate(self.tgt_pieces)}
 
     def translator_for(self, sentences: int):
         """The translator with the thread setting for a batch of `sentences`."""
@@ -241,30 +244,87 @@ class CTranslate2Engine:
             self._translators[inter, intra] = translator
         return translator
 
-    def search(self, sources: list[list[int]], opts: DecodeConfig) -> list[list[Hypothesis]]:
+    def search(self, sources: list[list[int]], opts: DecodeConfig,
+               prefixes: list[list[int]] | None = None,
+               lines: list[int] | None = None) -> list[list[Hypothesis]]:
+        """`lines` goes unused: CTranslate2 samples from one stream per call (`_sample`)."""
         tokens = [[self.src_pieces[i] for i in ids] for ids in sources]
-        # CTranslate2 caps lengths per batch, not per sentence: take the batch's largest cap
-        longest = max(len(ids) for ids in sources)
-        cap = min(int(opts.max_len_a * longest + opts.max_len_b), self.max_source)
-        results = self.translator_for(len(sources)).translate_batch(
-            tokens,
-            beam_size=opts.beam,
-            length_penalty=opts.lenpen,
-            num_hypotheses=opts.nbest,
-            max_decoding_length=max(cap, 1),
-            min_decoding_length=0,  # EOS may come first, as in mtkit's own search (default 1)
-            return_scores=True,
-            max_batch_size=0,
-        )
-        found = []
-        for result in results:
-            hyps = []
-            for pieces, score in zip(result.hypotheses, result.scores):
-                ids = [self.tgt_ids[p] for p in pieces]
-                # CTranslate2 reports one (length-penalised) score; it stands for both
-                hyps.append(Hypothesis(ids, float(score), float(score)))
-            found.append(hyps)
-        return found
+        prefixes = prefixes if prefixes and any(prefixes) else None
+        forced = None if prefixes is None else [[self.tgt_pieces[i] for i in p] for p in prefixes]
+        # CTranslate2 caps lengths per batch, not per sentence: take the batch's largest
+        # cap; it counts a forced prefix (mtkit's cap counts after it, so add its length)
+        cap = max(min(max(int(opts.max_len_a * len(ids) + opts.max_len_b), 1) + len(p),
+                      self.max_source)
+                  for ids, p in zip(sources, prefixes or [[]] * len(sources), strict=True))
+        # min_decoding_length 0: EOS may come first, as in mtkit's own search (default 1)
+        common = {"target_prefix": forced, "max_decoding_length": cap, "return_scores": True,
+                  "max_batch_size": 0, "min_decoding_length": 0}
+        if opts.sampling.kind != "none":
+            found, lenpen = self._sample(tokens, opts, common), 0.0
+        else:
+            lenpen = opts.lenpen if opts.beam > 1 else 0.0  # greedy's score: its log-prob
+            results = self.translator_for(len(sources)).translate_batch(
+                tokens, beam_size=opts.beam, length_penalty=lenpen,
+                num_hypotheses=opts.nbest, **common)
+            found = [list(zip(r.hypotheses, r.scores, strict=True)) for r in results]
+        extra = self._prefix_logprobs(tokens, forced) if forced else [0.0] * len(sources)
+        return [self._hypotheses(hyps, lenpen, cap, lp, ranked=opts.sampling.kind == "none")
+                for hyps, lp in zip(found, extra, strict=True)]
+
+    def _hypotheses(self, found: list[tuple[list[str], float]], lenpen: float, cap: int,
+                    prefix_logprob: float, ranked: bool) -> list[Hypothesis]:
+        """CTranslate2's (pieces, score) as Hypotheses. Its score is the log-probability of
+        what it chose / length**lenpen, with mtkit's length (EOS counted when emitted),
+        but a forced token counts 0 in it: the model's log-probability of the prefix is
+        added, so that the score covers prefix and continuation, as mtkit's does."""
+        hyps = []
+        for pieces, score in found:
+            ids = [self.tgt_ids[p] for p in pieces]
+            length = len(ids) + (len(ids) < cap)  # below the cap it emitted EOS
+            logprob = float(score) * length ** lenpen + prefix_logprob
+            hyps.append(Hypothesis(ids, logprob / length ** lenpen, logprob))
+        if ranked and prefix_logprob:  # with a length penalty the order may change
+            hyps.sort(key=lambda h: -h.score)
+        return hyps
+
+    def _prefix_logprobs(self, tokens: list[list[str]], forced: list[list[str]]) -> list[float]:
+        """The model's log-probability of each line's forced prefix (0 without one)."""
+        rows = [i for i, prefix in enumerate(forced) if prefix]
+        scored = self.translator_for(len(rows)).score_batch(
+            [tokens[i] for i in rows], [forced[i] for i in rows], max_batch_size=0)
+        out = [0.0] * len(forced)
+        for i, result in zip(rows, scored, strict=True):
+            out[i] = float(sum(result.log_probs[: len(forced[i])]))  # then EOS's: left out
+        return out
+
+    def _sample(self, tokens: list[list[str]], opts: DecodeConfig,
+                common: dict) -> list[list[tuple[list[str], float]]]:
+        """Samples, drawn by CTranslate2 from one random stream per call.
+
+        CTranslate2 seeds a generator per worker thread once, when the thread first draws
+        (set_random_seed later does not reseed it), so each call gets a fresh translator
+        of one worker, made after set_random_seed(seed): a batch's samples repeat given
+        the same seed, batch and order, but depend on the other lines of the batch (mtkit's
+        engine keeps a stream per line). The lock keeps concurrent calls from seeding each
+        other's. Pad and the start token are suppressed, as mtkit's search never emits
+        them. Samples come ranked by score (CTranslate2's order), not in drawing order."""
+        rule = opts.sampling
+        topk = min(rule.k, len(self.tgt_ids)) if rule.kind == "topk" else 0  # 0: every token
+        draws = 1 if topk == 1 else opts.nbest  # its argmax sampler gives one: copied
+        intra = choose_threads(len(tokens), self.cores, self.threads)[1]
+        never = [[self.tgt_pieces[i]] for i in self.tokenizer.specials.never_emitted]
+        ctranslate2 = _ctranslate2()
+        with _SEEDING:
+            ctranslate2.set_random_seed(opts.seed)
+            fresh = ctranslate2.Translator(str(self.model_dir), device=self.device,
+                                           inter_threads=1, intra_threads=intra)
+            results = fresh.translate_batch(
+                tokens, beam_size=1, num_hypotheses=draws, sampling_topk=topk,
+                sampling_topp=rule.p if rule.kind == "topp" else 1.0,
+                sampling_temperature=opts.temperature, length_penalty=0.0,
+                suppress_sequences=never or None, **common)
+        found = [list(zip(r.hypotheses, r.scores, strict=True)) for r in results]
+        return [hyps * (opts.nbest // draws) for hyps in found]
 
 
 def load_exported_recipe(model_dir: Path) -> Recipe:

@@ -19,6 +19,8 @@ from torch import Tensor, nn
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.data.tokenizer import SpecialIds, Tokenizer
 from mtkit.decode import ct2
+from mtkit.decode.prefix import ForcedPrefix
+from mtkit.decode.sampling import Draw, sample_search
 from mtkit.decode.search import STOP_RULES, Hypothesis, beam_search, greedy_search
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.model.cache import DecoderCache
@@ -36,8 +38,13 @@ class Engine(Protocol):
     max_source: int  # source tokens a sentence may have (longer ones are truncated first)
     stop_rules: tuple[str, ...]  # the decode.stop values it honours, the first by default
 
-    def search(self, sources: list[list[int]], settings: DecodeConfig) -> list[list[Hypothesis]]:
-        """Up to settings.nbest hypotheses per encoded source, best first."""
+    def search(self, sources: list[list[int]], settings: DecodeConfig,
+               prefixes: list[list[int]] | None = None,
+               lines: list[int] | None = None) -> list[list[Hypothesis]]:
+        """Up to settings.nbest hypotheses per encoded source, best first (samples: as
+        the engine draws them). `prefixes`: target ids each hypothesis starts with (empty:
+        none); `lines`: each source's number in its input, which keys its samples' random
+        streams where the engine can (default: 0, 1, ...)."""
 
 
 class TorchEngine:
@@ -92,18 +99,26 @@ class TorchEngine:
         return cls.from_bundles(bundles, [str(p) for p in paths], device, quantize)
 
     @torch.inference_mode()
-    def search(self, sources: list[list[int]], settings: DecodeConfig) -> list[list[Hypothesis]]:
+    def search(self, sources: list[list[int]], settings: DecodeConfig,
+               prefixes: list[list[int]] | None = None,
+               lines: list[int] | None = None) -> list[list[Hypothesis]]:
         specials = self.tokenizer.specials
         src = pad_sources(sources, specials).to(self.device)
+        prefix = ForcedPrefix.of(prefixes, specials.pad, self.device)
         s = settings
+        if s.sampling.kind != "none":
+            draw = Draw(s.sampling, s.temperature, s.seed, s.nbest)
+            lines = list(range(len(sources))) if lines is None else lines
+            return sample_search(self.searched, src, draw, lines, s.max_len_a, s.max_len_b,
+                                 self.use_cache, specials=specials, prefix=prefix)
         if s.beam == 1 and s.nbest == 1:
             best = greedy_search(self.searched, src, s.max_len_a, s.max_len_b,
-                                 use_cache=self.use_cache, specials=specials)
+                                 use_cache=self.use_cache, specials=specials, prefix=prefix)
             return [[h] for h in best]
         return beam_search(
             self.searched, src, beam=s.beam, lenpen=s.lenpen, nbest=s.nbest,
             max_len_a=s.max_len_a, max_len_b=s.max_len_b, use_cache=self.use_cache,
-            stop=s.stop, specials=specials,
+            stop=s.stop, specials=specials, prefix=prefix,
         )
 
 

@@ -20,7 +20,13 @@ from typing import BinaryIO
 
 from mtkit.decode.choices import OPTION_NAMES, DecodeChoices
 from mtkit.decode.shard import Shard, line_range, receive_shares, send_share
-from mtkit.decode.translate import Stats, Translator, translate_stream
+from mtkit.decode.translate import (
+    Prefixes,
+    Stats,
+    Translator,
+    decode_lines,
+    translate_stream,
+)
 from mtkit.errors import ConfigError
 from mtkit.files.atomic import atomic_write
 from mtkit.files.textio import count_lines
@@ -43,12 +49,14 @@ class TranslateJob:
     tag: str | None = None  # a corpus tag to start every line with
     scores: bool = False  # append TAB + score to every output line
     quiet: bool = False  # no progress bar
+    prefix_file: Path | None = None  # one target prefix per input line ("" for none)
 
 
 def translate_job(job: TranslateJob) -> Stats | None:
     """Run the job; the whole job's Stats in the process that wrote the output, None in
     the other ranks of a torchrun job. A closed stdout raises BrokenPipeError."""
     shard = _checked_shard(job)
+    prefixes = read_prefixes(job.prefix_file, job.input_file)  # before the model: errors first
     device = str(dist.setup(job.device, timeout_s=600, threads=job.threads))
     if dist.launched():
         shard = Shard(dist.rank(), dist.world_size())
@@ -60,7 +68,7 @@ def translate_job(job: TranslateJob) -> Stats | None:
     translator.tokenizer = translator.tokenizer.tagged(job.tag)  # a tag the model lacks: error
     in_fd = open_input(job.input_file)
     try:
-        return _translate_shares(job, translator, in_fd, shard)
+        return _translate_shares(job, translator, in_fd, shard, prefixes)
     finally:
         if job.input_file is not None:
             os.close(in_fd)
@@ -78,6 +86,29 @@ def open_input(path: Path | None) -> int:
         raise ConfigError(f"--input {path}: cannot read ({exc.strerror})") from None
 
 
+def read_prefixes(path: Path | None, input_file: Path | None) -> Prefixes | None:
+    """--prefix FILE's lines, read as translate reads its input, or a one-line error; for
+    an input file, its line count checked against theirs (stdin's: as it is read)."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise ConfigError(f"--prefix {path}: is a directory, expected a text file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"--prefix {path}: cannot read ({exc.strerror})") from None
+    raw = data.split(b"\n")
+    if raw[-1] == b"":
+        raw.pop()  # after the last line's newline (or an empty file)
+    prefixes = Prefixes(tuple(decode_lines(raw, Stats())), str(path),
+                        str(input_file) if input_file is not None else "stdin")
+    if input_file is not None and input_file.is_file():  # (open_input words the others)
+        count = count_lines(input_file, decompress=False)  # as translate reads it: raw
+        if count != len(prefixes.lines):
+            raise prefixes.mismatch(count)
+    return prefixes
+
+
 def _checked_shard(job: TranslateJob) -> Shard | None:
     if job.shard is not None and dist.launched():
         raise ConfigError("--shard: not under torchrun, whose ranks share the input already")
@@ -88,7 +119,7 @@ def _checked_shard(job: TranslateJob) -> Shard | None:
 
 
 def _translate_shares(job: TranslateJob, translator: Translator, in_fd: int,
-                      shard: Shard | None) -> Stats | None:
+                      shard: Shard | None, prefixes: Prefixes | None) -> Stats | None:
     """This process's share of the input (all of it without a shard) from `in_fd`, and,
     in rank 0 of a torchrun job, the other ranks' shares after it."""
     lines = line_range(job.input_file, shard) if shard is not None else None
@@ -104,6 +135,7 @@ def _translate_shares(job: TranslateJob, translator: Translator, in_fd: int,
             translator, in_fd, out, scores=job.scores, total_lines=total, progress=bar,
             first_line=lines.first if lines is not None else 0,
             byte_limit=lines.end - lines.start if lines is not None else None,
+            prefixes=prefixes,
         )
 
     def write_all(out: BinaryIO) -> None:

@@ -13,6 +13,8 @@ Conventions shared by both searches:
   ends at step t has length t + 1, and no length exceeds the cap.
 * beam score = logprob / length**lenpen; greedy ranks nothing, so its score = logprob
   (which is what beam_search reports with lenpen=0).
+* A forced target prefix (prefix.py) is part of `tokens`, of `logprob` (the model's
+  log-probabilities of its tokens) and of the length; the cap counts the tokens after it.
 * Ensembles average the models' log-probabilities (log_softmax in fp32, mean over models).
 * The special ids come from the model's tokenizer (`specials`): the search starts every
   row from `start`, ends on `eos`, pads with `pad`, and never produces pad or the start
@@ -29,7 +31,7 @@ one host-device synchronisation per step is the stop check. Models must be in ev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,6 +49,12 @@ from mtkit.decode.beam import (
     sentence_done,
     top_candidates,
 )
+from mtkit.decode.prefix import ForcedPrefix
+
+# How a search may pick each row's next token instead of the argmax (sampling.py):
+# (lprobs (N, V), step t, rows (N,): each live row's index in the batch) -> the tokens (N,)
+# and their log-probabilities (N,), as the search records them.
+Choose = Callable[[Tensor, int, Tensor], tuple[Tensor, Tensor]]
 
 
 class DecoderState(Protocol):
@@ -110,10 +118,15 @@ def max_lengths(
     return caps.clamp(min=1, max=max_positions - 1)
 
 
-def _caps(models: list[SearchModel], src: Tensor, a: float, b: int,
-          specials: SpecialIds) -> Tensor:
-    max_positions = min(m.max_positions for m in models)
-    return max_lengths(source_lengths(src, specials), a, b, max_positions).to(src.device)
+def target_caps(models: SearchModel | Sequence[SearchModel], src: Tensor, a: float, b: int,
+                specials: SpecialIds, prefix: ForcedPrefix | None = None) -> Tensor:
+    """(B,) tokens each hypothesis may hold: `max_lengths`, counted after a forced prefix
+    (the prefix's tokens come on top), and never more than max_positions - 1."""
+    max_positions = min(m.max_positions for m in _as_list(models))
+    caps = max_lengths(source_lengths(src, specials), a, b, max_positions).to(src.device)
+    if prefix is None:
+        return caps
+    return (caps + prefix.lengths.to(src.device)).clamp(max=max_positions - 1)
 
 
 # --------------------------------------------------------------------------- encoding
@@ -237,12 +250,12 @@ def _as_list(models: SearchModel | Sequence[SearchModel]) -> list[SearchModel]:
 
 def _start(
     models: SearchModel | Sequence[SearchModel], src: Tensor, a: float, b: int, beam: int,
-    use_cache: bool, specials: SpecialIds
+    use_cache: bool, specials: SpecialIds, prefix: ForcedPrefix | None
 ) -> tuple[Tensor, int, _Ensemble]:
     """What both searches begin with: per-sentence caps (B,), the step count, the ensemble
     with its encoder run once."""
     models = _as_list(models)
-    caps = _caps(models, src, a, b, specials)  # (B,)
+    caps = target_caps(models, src, a, b, specials, prefix)  # (B,)
     steps = int(caps.max())
     return caps, steps, _Ensemble(models, src, steps, beam, use_cache, specials.pad,
                                  never=specials.never_emitted)
@@ -260,12 +273,17 @@ def greedy_search(
     use_cache: bool = True,
     *,
     specials: SpecialIds,
+    prefix: ForcedPrefix | None = None,
+    choose: Choose | None = None,
 ) -> list[Hypothesis]:
-    """The argmax translation of each sentence of src (B, S), in order."""
+    """The argmax translation of each sentence of src (B, S), in order. `prefix`: tokens
+    to force first (prefix.py); `choose`: picks each row's token instead of the argmax
+    (sampling.py), and the search is otherwise the same."""
     batch = src.size(0)
     if batch == 0:
         return []
-    caps, steps, dec = _start(models, src, max_len_a, max_len_b, 1, use_cache, specials)
+    caps, steps, dec = _start(models, src, max_len_a, max_len_b, 1, use_cache, specials,
+                              prefix)
     eos = specials.eos
 
     # Live rows: sentence index, start + tokens so far, summed log-prob, cap.
@@ -278,7 +296,13 @@ def greedy_search(
     out_len = torch.zeros(batch, dtype=torch.long, device=src.device)
 
     for t in range(steps):
-        best_lp, best = dec.log_probs(seqs, t).max(dim=-1)  # (N,), (N,)
+        lprobs = dec.log_probs(seqs, t)  # (N, V)
+        if choose is None:
+            best_lp, best = lprobs.max(dim=-1)  # (N,), (N,)
+        else:
+            best, best_lp = choose(lprobs, t, rows)
+        if prefix is not None and t < prefix.width:
+            best, best_lp = prefix.force_rows(lprobs, best, best_lp, t, rows)
         seqs[:, t + 1] = best
         logprob = logprob + best_lp
         ended = best == eos
@@ -331,13 +355,15 @@ def beam_search(
     stop: str = "early",
     *,
     specials: SpecialIds,
+    prefix: ForcedPrefix | None = None,
 ) -> list[list[Hypothesis]]:
     """Up to `nbest` hypotheses per sentence of src (B, S), best score first.
 
     All sentences are searched together as (sentences x beam) rows. Each step extends every
     live beam by every token, keeps the 2*beam best, sets the ending ones aside (if within
     the top `beam`) and continues with the best `beam` others, until `stop` says the
-    sentence is done (see sentence_done).
+    sentence is done (see sentence_done). `prefix`: tokens to force first, on one live
+    beam per sentence (prefix.py).
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
@@ -346,7 +372,8 @@ def beam_search(
     batch = src.size(0)
     if batch == 0:
         return []
-    caps, steps, dec = _start(models, src, max_len_a, max_len_b, beam, use_cache, specials)
+    caps, steps, dec = _start(models, src, max_len_a, max_len_b, beam, use_cache, specials,
+                              prefix)
     eos, pad = specials.eos, specials.pad
     beams = Beams.start(caps, beam, nbest, steps, specials.start, pad)
     results = Finished.empty(batch, nbest, steps, src.device)  # by sentence
@@ -354,6 +381,8 @@ def beam_search(
     for t in range(steps):
         n = beams.rows.numel()
         lprobs = dec.log_probs(beams.seqs, t).view(n, beam, -1)  # (n, beam, V)
+        if prefix is not None and t < prefix.width:
+            lprobs = prefix.force_beams(lprobs, beams.logprob, t, beams.rows)
         cand = top_candidates(beams.logprob, lprobs, 2 * beam)
         ending = finishing(beams, cand, t, eos, pad, lenpen)
         finished = beams.finished if ending is None else beams.finished.merge(ending)

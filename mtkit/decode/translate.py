@@ -125,43 +125,77 @@ class Translator:
         return cls(loaded, settings, max_tokens, tag)  # a recipe's stop it lacks: a warning
 
     @overload
-    def translate(self, lines: str) -> str: ...
+    def translate(self, lines: str, prefixes: str | None = None) -> str: ...
     @overload
-    def translate(self, lines: Sequence[str]) -> list[str]: ...
+    def translate(self, lines: Sequence[str], prefixes: Sequence[str] | None = None
+                  ) -> list[str]: ...
 
-    def translate(self, lines: str | Sequence[str]) -> str | list[str]:
+    def translate(self, lines: str | Sequence[str],
+                  prefixes: str | Sequence[str] | None = None) -> str | list[str]:
         """The best translation of each line, one output per input line; for one string,
-        its translation (a string with line breaks is one line here, as in a request)."""
+        its translation (a string with line breaks is one line here, as in a request).
+        `prefixes`: the start each translation must have, one per line ("" for none)."""
         if isinstance(lines, str):
-            return self.translate([lines])[0]
-        return self.texts([hyps[0] for hyps in self.search(lines)])
+            return self.translate([lines], None if prefixes is None else [prefixes])[0]
+        return self.texts([hyps[0] for hyps in self.search(lines, prefixes=prefixes)])
 
-    def search(self, lines: Sequence[str], first_line: int | None = None
-               ) -> list[list[Hypothesis]]:
-        """n-best hypotheses per line (empty lines get one empty hypothesis). Warnings
-        number lines from `first_line` (0-based; default: the lines translated so far)."""
+    def search(self, lines: Sequence[str], first_line: int | None = None,
+               prefixes: Sequence[str] | None = None,
+               numbers: Sequence[int] | None = None) -> list[list[Hypothesis]]:
+        """n-best hypotheses per line (empty lines get one empty hypothesis).
+
+        `prefixes`: target text each line's hypotheses start with, one per line ("" for
+        none; an empty line stays empty whatever its prefix), encoded as the target's
+        pieces (so a prefix that ends inside a word is forced as those pieces, and the
+        search goes on from there). `numbers`: each line's number in its input (0-based),
+        which keys its samples' random streams and names it in warnings; default: from
+        `first_line` on (default: the lines translated so far)."""
         first_line = self.stats.sentences if first_line is None else first_line
+        numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
+        for given, what in ((prefixes, "prefixes"), (numbers, "line numbers")):
+            if given is not None and len(given) != len(lines):
+                raise ConfigError(f"{len(given)} {what} for {len(lines)} lines: give one per "
+                                  "line")
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
         encoded = self.tokenizer.encode_src([lines[i] for i in todo]) if todo else []
         for k, ids in enumerate(encoded):
             if len(ids) > self.max_source:
                 encoded[k] = ids[: self.max_source]
-                self._warn_truncated(first_line + todo[k] + 1, len(ids))
+                self._warn_truncated(numbers[todo[k]] + 1, len(ids))
+        forced = self._encode_prefixes(prefixes, todo, numbers)
         for batch in token_batches([len(ids) + 1 for ids in encoded], self.max_tokens):
-            found = self.engine.search([encoded[k] for k in batch], self.settings)
+            found = self.engine.search(
+                [encoded[k] for k in batch], self.settings,
+                prefixes=None if forced is None else [forced[k] for k in batch],
+                lines=[numbers[todo[k]] for k in batch])
             for k, hyps in zip(batch, found):
                 results[todo[k]] = hyps
         self.stats.sentences += len(lines)
         self.stats.tokens += sum(len(r[0].tokens) for r in results)
         return results
 
-    def _warn_truncated(self, line_number: int, length: int) -> None:
+    def _encode_prefixes(self, prefixes: Sequence[str] | None, todo: list[int],
+                         numbers: Sequence[int]) -> list[list[int]] | None:
+        """The target ids of the prefixes of the lines `todo` (empty: none), or None when
+        none has one; one longer than the model's targets is truncated (warned)."""
+        texts = [prefixes[i] for i in todo] if prefixes is not None else []
+        given = [k for k, text in enumerate(texts) if text.strip()]
+        if not given:
+            return None
+        forced: list[list[int]] = [[] for _ in todo]
+        for k, ids in zip(given, self.tokenizer.encode_tgt([texts[k] for k in given])):
+            if len(ids) > self.max_source:
+                self._warn_truncated(numbers[todo[k]] + 1, len(ids), "a prefix of ")
+            forced[k] = ids[: self.max_source]
+        return forced
+
+    def _warn_truncated(self, line_number: int, length: int, what: str = "") -> None:
         self.stats.truncated += 1
         if self.stats.truncated <= 3:  # then only counted, in the summary line
             log.warning(
-                "input line %d: %d tokens, truncated to the model's %d%s",
-                line_number, length, self.max_source,
+                "input line %d: %s%d tokens, truncated to the model's %d%s",
+                line_number, what, length, self.max_source,
                 "; further truncations are counted in the summary"
                 if self.stats.truncated == 3 else "",
             )
@@ -258,20 +292,43 @@ def decode_lines(raw: list[bytes], stats: Stats) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class Prefixes:
+    """A whole input's prefixes, one per input line ("" for none), for `translate_stream`."""
+
+    lines: tuple[str, ...]
+    name: str  # the file they come from
+    input_name: str  # the input's file, or stdin
+
+    def mismatch(self, input_lines: int | str) -> ConfigError:
+        return ConfigError(f"--prefix {self.name} has {len(self.lines)} lines, "
+                           f"{self.input_name} {input_lines}: give one prefix per input line "
+                           "(an empty line for none)")
+
+    def of(self, first: int, count: int) -> tuple[str, ...]:
+        """The prefixes of input lines first .. first + count - 1."""
+        chosen = self.lines[first : first + count]
+        if len(chosen) < count:
+            raise self.mismatch("more")
+        return chosen
+
+
 def translate_stream(
     translator: Translator, in_fd: int, out: BinaryIO, buffer_lines: int = 2000,
     scores: bool = False, total_lines: int | None = None, progress: bool = False,
-    first_line: int = 0, byte_limit: int | None = None,
+    first_line: int = 0, byte_limit: int | None = None, prefixes: Prefixes | None = None,
 ) -> Stats:
     """Translate everything readable from in_fd to out, flushing after every buffer.
     `progress`: a bar on stderr when it is a terminal (with an ETA given `total_lines`).
-    A shard of a file: in_fd stands at its line `first_line`, `byte_limit` bytes long."""
+    A shard of a file: in_fd stands at its line `first_line`, `byte_limit` bytes long.
+    `prefixes`: the whole input's, by line number (a shard takes its own lines')."""
     start = time.perf_counter()
     index = first_line
     bar = progress_bar(total_lines, "line", enabled=progress)
     for raw in read_line_buffers(in_fd, buffer_lines, byte_limit):
         lines = decode_lines(raw, translator.stats)
-        results = translator.search(lines, index)
+        chosen = prefixes.of(index, len(lines)) if prefixes is not None else None
+        results = translator.search(lines, index, prefixes=chosen)
         text = "".join(line + "\n" for line in translator.format(results, index, scores))
         out.write(text.encode("utf-8"))
         out.flush()
@@ -280,6 +337,8 @@ def translate_stream(
             bar.update(len(lines))
     if bar is not None:
         bar.close()
+    if prefixes is not None and byte_limit is None and index != len(prefixes.lines):
+        raise prefixes.mismatch(index)  # (a file's lines were counted before: stdin's)
     translator.stats.seconds = time.perf_counter() - start
     if translator.stats.invalid_utf8:
         log.warning(

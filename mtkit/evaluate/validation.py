@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from mtkit.config import DecodeConfig, Pair, Recipe
+from mtkit.config import DecodeConfig, Pair, Recipe, Sampling
 from mtkit.data.batching import BatchSampler, make_batch
 from mtkit.data.dataset import ParallelData
 from mtkit.data.tokenizer import SpecialIds, Tokenizer
@@ -51,8 +51,9 @@ class DevSet:
 
 
 def greedy(settings: DecodeConfig) -> DecodeConfig:
-    """Validation decodes greedily: cheap, and what training progress is judged by."""
-    return dataclasses.replace(settings, beam=1, lenpen=1.0, nbest=1)
+    """Validation decodes greedily: cheap, and what training progress is judged by (never
+    by sampling, whatever the recipe's decode.sampling)."""
+    return dataclasses.replace(settings, beam=1, lenpen=1.0, nbest=1, sampling=Sampling())
 
 
 def dev_bleu(translator: Translator, dev: DevSet) -> float:

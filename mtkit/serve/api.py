@@ -63,10 +63,17 @@ class NativeRequest:
     lenpen: float | None
     nbest: int | None
     scores: bool
+    prefixes: tuple[str, ...] | None = None  # one per line ("" for none), or None
+    # as sent, checked by native_settings: a rule (none, full, topk:K, topp:P), T, seed
+    sampling: Any = None
+    temperature: Any = None
+    seed: Any = None
 
 
-NATIVE_FIELDS = ("text", "beam", "lenpen", "nbest", "scores", "api_key")
-DECODE_NAMES = {"beam": "beam", "lenpen": "lenpen", "nbest": "nbest"}  # errors name fields
+NATIVE_FIELDS = ("text", "beam", "lenpen", "nbest", "scores", "prefix", "sampling",
+                 "temperature", "seed", "api_key")
+DECODE_FIELDS = ("beam", "lenpen", "nbest", "sampling", "temperature", "seed")
+DECODE_NAMES = {name: name for name in DECODE_FIELDS}  # errors name the request's fields
 
 
 # --------------------------------------------------------------------------- common
@@ -121,17 +128,17 @@ def check_sizes(lines: list[str], limits: Limits) -> None:
                                     f"may have at most {limits.max_chars}")
 
 
-def decode_settings(base: DecodeConfig, limits: Limits, *, beam: Any = None,
-                    lenpen: Any = None, nbest: Any = None) -> DecodeConfig:
-    """The server's settings with a request's changes, checked like command-line options."""
+def decode_settings(base: DecodeConfig, limits: Limits, **changes: Any) -> DecodeConfig:
+    """The server's settings with a request's changes (DECODE_FIELDS; None: not given),
+    checked like command-line options."""
     try:
-        settings = replace_checked(base, {"beam": beam, "lenpen": lenpen, "nbest": nbest},
-                                   DECODE_NAMES, where="request")
+        settings = replace_checked(base, changes, DECODE_NAMES, where="request")
     except ConfigError as exc:
         raise RequestError(422, str(exc)) from None
-    if settings.beam > max(limits.max_beam, base.beam):
-        raise RequestError(422, f"beam {settings.beam}: this server allows at most "
-                                f"{max(limits.max_beam, base.beam)}")
+    for name in ("beam", "nbest"):  # nbest: samples, which no beam bounds
+        value, most = getattr(settings, name), max(limits.max_beam, getattr(base, name))
+        if value > most:
+            raise RequestError(422, f"{name} {value}: this server allows at most {most}")
     return settings
 
 
@@ -244,22 +251,42 @@ def native_request(payload: Any, limits: Limits) -> NativeRequest:
     if not isinstance(scores, bool):
         raise RequestError(422, f"scores: expected true or false, got {_kind(scores)}")
     return NativeRequest(tuple(lines), body.get("beam"), body.get("lenpen"), body.get("nbest"),
-                         scores)
+                         scores, _prefixes(body.get("prefix"), len(lines)),
+                         body.get("sampling"), body.get("temperature"), body.get("seed"))
+
+
+def _prefixes(value: Any, lines: int) -> tuple[str, ...] | None:
+    """`prefix`: null, or one string per line of `text` ("" for none)."""
+    if value is None:
+        return None
+    prefixes = _strings(value, "prefix")
+    if len(prefixes) != lines:
+        raise RequestError(422, f"prefix: {len(prefixes)} items for {lines} lines of text; "
+                                'give one per line ("" for none)')
+    for index, prefix in enumerate(prefixes):
+        if "\n" in prefix:
+            raise RequestError(422, f"prefix[{index}]: holds a line break")
+    return tuple(prefixes)
 
 
 def native_settings(base: DecodeConfig, request: NativeRequest, limits: Limits) -> DecodeConfig:
-    return decode_settings(base, limits, beam=request.beam, lenpen=request.lenpen,
-                           nbest=request.nbest)
+    return decode_settings(base, limits, **{name: getattr(request, name)
+                                            for name in DECODE_FIELDS})
 
 
 def native_answer(settings: DecodeConfig, results: list[Translation], scores: bool,
                   truncated: int) -> dict[str, Any]:
     """{"translations": [{"text": best, "hypotheses": [{"text", "score"?}]}], the settings
-    used, and how many lines were truncated to the model's length}."""
+    used (sampling's only when sampling), and how many lines were truncated to the model's
+    length}. Samples come in the engine's order (mtkit's: as drawn), not ranked."""
     translations = []
     for line in results:
         hypotheses = [{"text": text, "score": score} if scores else {"text": text}
                       for text, score in zip(line.texts, line.scores)]
         translations.append({"text": line.texts[0], "hypotheses": hypotheses})
-    return {"translations": translations, "beam": settings.beam, "lenpen": settings.lenpen,
-            "nbest": settings.nbest, "truncated": truncated}
+    answer = {"translations": translations, "beam": settings.beam, "lenpen": settings.lenpen,
+              "nbest": settings.nbest, "truncated": truncated}
+    if settings.sampling.kind != "none":
+        answer.update(sampling=str(settings.sampling), temperature=settings.temperature,
+                      seed=settings.seed)
+    return answer

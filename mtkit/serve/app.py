@@ -67,24 +67,44 @@ class MeteredEngine:
         self.max_source = engine.max_source
         self.stop_rules = engine.stop_rules
 
-    def search(self, sources: list[list[int]], settings: DecodeConfig) -> list[list[Hypothesis]]:
+    def search(self, sources: list[list[int]], settings: DecodeConfig,
+               prefixes: list[list[int]] | None = None,
+               lines: list[int] | None = None) -> list[list[Hypothesis]]:
         self.metrics.count_batch(len(sources))
-        return self.engine.search(sources, settings)
+        return self.engine.search(sources, settings, prefixes, lines)
 
 
-def decoder(translator: Translator) -> Callable[[DecodeConfig, list[str]], list[Translation]]:
+@dataclass(frozen=True)
+class SourceLine:
+    """One line of a request as the batcher carries it, among other requests' lines."""
+
+    text: str
+    prefix: str = ""  # the start its translation must have ("" for none)
+    number: int = 0  # its place in its request: the key of its samples' random streams
+
+
+def source_lines(lines: list[str], prefixes: tuple[str, ...] | None = None) -> list[SourceLine]:
+    return [SourceLine(text, prefixes[i] if prefixes else "", i) for i, text in enumerate(lines)]
+
+
+def decoder(translator: Translator
+            ) -> Callable[[DecodeConfig, list[SourceLine]], list[Translation]]:
     """The batcher's decode function, called by every model thread: each thread decodes
     with a Translator of its own over the shared engine, set to the settings its step's
-    jobs share."""
+    jobs share. Lines of several requests share a batch, prefixes and samples too: each
+    line keeps its request's numbering, so its samples are those it would get alone."""
     own = threading.local()
 
-    def decode(settings: DecodeConfig, lines: list[str]) -> list[Translation]:
+    def decode(settings: DecodeConfig, lines: list[SourceLine]) -> list[Translation]:
         mine = getattr(own, "translator", None)
         if mine is None:
             mine = own.translator = Translator(translator.engine, settings,
                                                translator.max_tokens, tag=translator.tag)
         mine.settings = settings
-        found = mine.search(lines)
+        prefixes = [line.prefix for line in lines]
+        found = mine.search([line.text for line in lines],
+                            prefixes=prefixes if any(prefixes) else None,
+                            numbers=[line.number for line in lines])
         texts = [mine.texts(hyps) for hyps in found]  # what `mtkit translate` prints
         return [Translation(tuple(t), tuple(h.score for h in hyps), len(hyps[0].tokens))
                 for t, hyps in zip(texts, found)]
@@ -134,7 +154,8 @@ def models_answer(translator: Translator, names: list[str], limits: Limits,
                            "tgt": translator.tokenizer.tgt_vocab_size,
                            "joint": translator.tokenizer.joint},
             "max_source_tokens": engine.max_source,
-            "decode": dataclasses.asdict(translator.settings),
+            "decode": {**dataclasses.asdict(translator.settings),
+                       "sampling": str(translator.settings.sampling)},
             "recipe": summary,
         }],
         "limits": dataclasses.asdict(limits),
@@ -183,7 +204,8 @@ def build_app(service: Service) -> FastAPI:
         payload = await _payload(request, service)
         parsed = libre_request(payload, langs, service.limits)
         settings = libre_settings(service.settings, parsed, service.limits)
-        results, _ = await _translate(request, service, settings, list(parsed.lines))
+        results, _ = await _translate(request, service, settings, source_lines(
+            list(parsed.lines)))
         if results is None:
             return Response(status_code=CLIENT_GONE)
         return JSONResponse(libre_answer(parsed, results))
@@ -194,7 +216,8 @@ def build_app(service: Service) -> FastAPI:
         payload = await _payload(request, service)
         parsed = native_request(payload, service.limits)
         settings = native_settings(service.settings, parsed, service.limits)
-        results, truncated = await _translate(request, service, settings, list(parsed.lines))
+        results, truncated = await _translate(request, service, settings, source_lines(
+            list(parsed.lines), parsed.prefixes))
         if results is None:
             return Response(status_code=CLIENT_GONE)
         return JSONResponse(native_answer(settings, results, parsed.scores, truncated))
@@ -243,9 +266,9 @@ async def _payload(request: Request, service: Service) -> Any:
 
 
 async def _translate(request: Request, service: Service, settings: DecodeConfig,
-                     lines: list[str]) -> tuple[list[Translation] | None, int]:
+                     lines: list[SourceLine]) -> tuple[list[Translation] | None, int]:
     """(the lines' results, or None when the client left first; lines truncated)."""
-    lengths, truncated = service.source_lengths(lines)
+    lengths, truncated = service.source_lengths([line.text for line in lines])
     try:
         future = service.batcher.submit(settings, lines, lengths, request.client)
     except QueueFull as exc:
@@ -334,6 +357,14 @@ NATIVE_SCHEMA = {
         "lenpen": {"type": "number", "minimum": 0},
         "nbest": {"type": "integer", "minimum": 1, "description": "At most beam."},
         "scores": {"type": "boolean", "default": False},
+        "prefix": {"type": "array", "items": {"type": "string"},
+                   "description": "One per line of text (\"\" for none): the start each "
+                   "translation must have."},
+        "sampling": {"type": "string", "description": "none (beam search), full, topk:K or "
+                     "topp:P: draw nbest translations per line at random."},
+        "temperature": {"type": "number", "exclusiveMinimum": 0},
+        "seed": {"type": "integer", "minimum": 0, "description": "The same seed repeats the "
+                 "same samples of a line."},
         "api_key": {"type": "string"},
     },
     "example": {"text": ["Hola.", "¿Qué tal?"], "nbest": 2, "beam": 4, "scores": True},

@@ -37,8 +37,9 @@ from typing import Any
 MAX_WINDOWS = 10  # the longest a step waits for more jobs, in collection windows
 IDLE_WAKE_SECONDS = 0.5  # how often an idle model thread wakes (see _next_step)
 
-# the decode function: (settings, lines) -> one result per line, in order
-Decode = Callable[[Any, list[str]], Sequence[Any]]
+# the decode function: (settings, lines) -> one result per line, in order; a line is
+# whatever the caller submits (the server's: serve.app.SourceLine), the batcher only counts
+Decode = Callable[[Any, list[Any]], Sequence[Any]]
 
 
 class QueueFull(Exception):
@@ -52,7 +53,7 @@ class BatcherClosed(Exception):
 @dataclass(eq=False)
 class Job:
     settings: Hashable  # jobs are batched only with jobs of equal settings
-    lines: list[str]
+    lines: list[Any]
     lengths: list[int]  # padded source tokens per line (0 for a line the model skips)
     arrived: float  # the batcher's clock when it was submitted
     client: Hashable = None  # who sent it (the server: its connection's address); None: unknown
@@ -126,7 +127,7 @@ class Batcher:
         with self._changed:
             return self._queued_lines
 
-    def submit(self, settings: Hashable, lines: list[str], lengths: list[int],
+    def submit(self, settings: Hashable, lines: list[Any], lengths: list[int],
                client: Hashable = None) -> Future:
         """Queue one request's lines; the future gets one result per line, in order.
         `client`: who sent them, if known (see `_due`). QueueFull when the lines do not

@@ -238,6 +238,39 @@ def test_concurrent_requests_are_batched_and_each_answer_equals_translate(server
     assert lines / batches > 1.5, f"{lines} lines in {batches} batches: not batched"
 
 
+def test_prefixes_and_samples_answer_as_translate(server, model, tmp_path):
+    """/v1/translate's prefix, sampling, temperature and seed give what `mtkit translate`
+    gives with --prefix and the same options, also for requests decoded side by side:
+    each request's lines are numbered within it, so its samples are its own."""
+    prefixes = [("", "and", "the lord said")[i % 3] for i in range(len(LINES))]
+    (tmp_path / "prefix.txt").write_text("".join(p + "\n" for p in prefixes), encoding="utf-8")
+    options = ("--sampling", "topk:5", "--temperature", "1.5", "--seed", "3", "--nbest", "2")
+    reference = nbest_rows(translate_cli(model, tmp_path, LINES, "--prefix", "prefix.txt",
+                                         "--scores", *options))
+    body = {"text": LINES, "prefix": prefixes, "sampling": "topk:5", "temperature": 1.5,
+            "seed": 3, "nbest": 2, "scores": True}
+    answers: list[tuple[int, dict]] = []
+    threads = [threading.Thread(target=lambda b=b: answers.append(server.post(
+        "/v1/translate", b))) for b in (body, body, {"text": LINES[:4]})]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sampled = [answer for status, answer in answers if answer.get("sampling")]
+    assert [status for status, _ in answers] == [200] * 3 and len(sampled) == 2
+    for answer in sampled:
+        assert (answer["sampling"], answer["seed"], answer["nbest"]) == ("topk:5", 3, 2)
+        for line, hyps in zip(answer["translations"], reference, strict=True):
+            assert [h["text"] for h in line["hypotheses"]] == [text for text, _ in hyps]
+            # (scores: within the rounding of other batches' float sums)
+            assert ([h["score"] for h in line["hypotheses"]]
+                    == pytest.approx([score for _, score in hyps], abs=1e-3))
+    starts = [line["text"] for line in sampled[0]["translations"]]
+    assert all(text.startswith(p) for text, p in zip(starts, prefixes) if text), starts
+    status, answer = server.post("/v1/translate", {"text": ["a"], "sampling": "topp:0"})
+    assert status == 422 and answer["error"].startswith("sampling topp:0: "), answer
+
+
 @pytest.mark.parametrize("engine", ["ensemble", "int8", "ctranslate2"])
 def test_an_ensemble_int8_and_an_export_answer_as_translate_does(engine, model, tmp_path,
                                                                  expected):

@@ -15,7 +15,8 @@ from mtkit.cli.options import FROM_MODEL
 
 GROUP = typer.main.get_command(app)
 COMMANDS = {name: GROUP.commands[name] for name in GROUP.commands}  # type: ignore[attr-defined]
-DECODE = ("--beam", "--lenpen", "--stop", "--nbest", "--max-len-a", "--max-len-b")
+DECODE = ("--beam", "--lenpen", "--stop", "--nbest", "--max-len-a", "--max-len-b", "--sampling",
+          "--temperature", "--seed")
 OLD_SPELLINGS = {("binarize", "--out"): "--output", ("score", "--hyp"): "--input",
                  ("export", "--quantization"): "--quantize"}
 

@@ -105,6 +105,11 @@ def test_bad_libretranslate_bodies(payload, status, needle):
     ({"text": ["a"] * 5}, 413, "5 lines"),
     ({"text": ["x" * 21]}, 413, "line 1 has 21 characters"),
     ({"text": ["a"], "scores": "yes"}, 422, "scores: expected true or false, got a string"),
+    ({"text": ["a", "b"], "prefix": ["x"]}, 422, "prefix: 1 items for 2 lines of text"),
+    ({"text": ["a"], "prefix": "x"}, 422, "prefix: expected a list of strings"),
+    ({"text": ["a"], "prefix": [3]}, 422, "prefix[0]: expected a string, got a number"),
+    ({"text": ["a"], "prefix": ["x\ny"]}, 422, "prefix[0]: holds a line break"),
+    ({"text": ["a"], "sampel": "full"}, 422, "did you mean 'sampling'?"),
 ])
 def test_bad_native_bodies(payload, status, needle):
     found = error(native_request, payload, LIMITS)
@@ -120,11 +125,31 @@ def test_bad_native_bodies(payload, status, needle):
     ({"lenpen": -1}, "lenpen -1: -1.0 is out of range"),
     ({"nbest": 3}, "nbest (3) must not exceed beam (2)"),
     ({"beam": 9}, "beam 9: this server allows at most 8"),
+    ({"sampling": "topp:0"}, "sampling topp:0: topp:P needs a number 0 < P <= 1"),
+    ({"sampling": "topk:-1"}, "sampling topk:-1: topk:K needs a whole number K >= 1"),
+    ({"sampling": 5}, "sampling 5: expected none, full, topk:K or topp:P"),
+    ({"temperature": 0}, "temperature (0) must be above 0"),
+    ({"temperature": "hot"}, "temperature hot: expected a number"),
+    ({"seed": -1}, "seed -1: -1 is out of range"),
+    ({"seed": 1.5}, "seed 1.5: expected an integer"),
+    ({"sampling": "full", "nbest": 9}, "nbest 9: this server allows at most 8"),
 ])
 def test_bad_decode_settings_are_422_naming_the_field(changes, needle):
     request = native_request({"text": ["a"], **changes}, LIMITS)
     found = error(native_settings, BASE, request, LIMITS)
     assert found.status == 422 and needle in found.message, found.message
+
+
+def test_a_request_may_sample_and_force_prefixes():
+    request = native_request({"text": ["a", "b"], "prefix": ["x y", ""], "sampling": "topk:5",
+                              "temperature": 0.7, "seed": 12, "nbest": 4}, LIMITS)
+    assert request.prefixes == ("x y", "")
+    settings = native_settings(BASE, request, LIMITS)
+    assert (str(settings.sampling), settings.temperature, settings.seed) == ("topk:5", 0.7, 12)
+    assert (settings.nbest, settings.beam) == (4, 2)  # samples: more than the beam
+    answer = native_answer(settings, [line("one")], scores=False, truncated=0)
+    assert (answer["sampling"], answer["temperature"], answer["seed"]) == ("topk:5", 0.7, 12)
+    assert native_request({"text": ["a"], "prefix": None}, LIMITS).prefixes is None
 
 
 def test_decode_settings_a_request_may_change():

@@ -42,6 +42,8 @@ class LetterTokenizer:
     def encode_src(self, lines: list[str]) -> list[list[int]]:
         return [[self.ids[word] for word in line.split()] for line in lines]
 
+    encode_tgt = encode_src  # (prefixes)
+
     def decode_tgt(self, sequences: list[list[int]]) -> list[str]:
         words = {token: word for word, token in self.ids.items()}
         return [" ".join(words[token] for token in seq) for seq in sequences]

@@ -1,0 +1,65 @@
+"""`mtkit translate --prefix FILE` and `--sampling/--temperature/--seed` as a user runs
+them, with the run-v1 model (tests/data/run-v1: no training needed): samples that repeat
+whatever the batches, prefixes that start the output, and one-line errors (exit 2) for
+bad values and for a prefix file of another length."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from builders import DATA
+
+MODEL = DATA / "run-v1" / "runs" / "old" / "model.pt"
+SOURCE = DATA / "run-v1" / "data" / "test.src"
+COUNT = len(SOURCE.read_text(encoding="utf-8").splitlines())
+
+
+ERRORS = [
+    (["--sampling", "topp:0"], ["--sampling topp:0", "0 < P <= 1"]),
+    (["--sampling", "topp:1.5"], ["--sampling topp:1.5", "0 < P <= 1"]),
+    (["--sampling", "topk:0"], ["--sampling topk:0", "K >= 1"]),
+    (["--sampling", "topk:-1"], ["--sampling topk:-1", "K >= 1"]),
+    (["--sampling", "beam"], ["--sampling beam", "none, full, topk:K or topp:P"]),
+    (["--sampling", "full", "--temperature", "0"], ["--temperature (0) must be above 0"]),
+    (["--sampling", "full", "--temperature", "-1"], ["--temperature -1", "out of range"]),
+    (["--sampling", "full", "--seed", "-2"], ["--seed -2", "out of range"]),
+    (["--prefix", "two.txt"], ["--prefix two.txt has 2 lines", f"test.src {COUNT}"]),
+    (["--prefix", "nope.txt"], ["--prefix nope.txt: cannot read"]),
+]
+
+
+@pytest.mark.parametrize("options, needles", ERRORS, ids=[" ".join(o) for o, _ in ERRORS])
+def test_bad_sampling_and_prefix_options_are_one_line_errors(options, needles, tmp_path,
+                                                             mtkit_inprocess, expect_error):
+    (tmp_path / "two.txt").write_text("a\nb\n", encoding="utf-8")
+    result = mtkit_inprocess(["translate", "-m", MODEL, "-i", SOURCE, *options], tmp_path)
+    expect_error(result, *needles)
+
+
+def test_samples_repeat_and_prefixes_start_the_output(tmp_path, mtkit_cli):
+    """The same seed twice, once in batches of a line or two: the same samples; another
+    seed: others. A prefix file: every translation starts with its line's prefix."""
+    options = ["translate", "-m", MODEL, "--quiet", "--sampling", "topp:0.9", "--seed", "4",
+               "--nbest", "2", "--scores"]
+    first = mtkit_cli([*options, "-i", SOURCE], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert len(first.stdout.splitlines()) == 2 * COUNT
+    small = mtkit_cli([*options, "--max-tokens", "12"], cwd=tmp_path,
+                      input=SOURCE.read_bytes())  # stdin, small batches
+    assert small.stdout == first.stdout
+    other = mtkit_cli([*options[:-4], "5", "-i", SOURCE], cwd=tmp_path)
+    assert other.returncode == 0 and other.stdout != first.stdout
+
+    prefixes = [("a b", "", "j j j")[i % 3] for i in range(COUNT)]
+    Path(tmp_path / "prefix.txt").write_text("\n".join(prefixes) + "\n", encoding="utf-8")
+    forced = mtkit_cli(["translate", "-m", MODEL, "--quiet", "--prefix", "prefix.txt"],
+                       cwd=tmp_path, input=SOURCE.read_bytes())
+    assert forced.returncode == 0, forced.stderr
+    lines = forced.stdout.splitlines()
+    assert len(lines) == COUNT
+    assert all(line.startswith(prefix) for line, prefix in zip(lines, prefixes)), lines
+    short = mtkit_cli(["translate", "-m", MODEL, "--quiet", "--prefix", "prefix.txt"],
+                      cwd=tmp_path, input=b"a b\n" * (COUNT + 1))  # stdin: one line too many
+    assert short.returncode == 2, short.stderr
+    assert f"--prefix prefix.txt has {COUNT} lines, stdin more" in short.stderr
