@@ -169,12 +169,14 @@ X_LEVELS = 127  # x is quantised to 0..127, not 0..255: see Int8Linear
 # Multiply-adds per thread (rows x in x out / torch threads) up to which a call takes the
 # fp32 path of Int8Linear. A oneDNN int8 call costs a fixed amount before it multiplies
 # (most of it in torch's wrapper, not in oneDNN's kernel; more with 2 threads than with
-# 1), as much as millions of fp32 multiply-adds. Measured (/tmp scripts, not shipped) as
-# the time to encode a 31-token source and run 30 decode steps of 1, 5, 10, 20, 60 and
-# 150 rows with the demo model's shapes, fp32 against int8 with this threshold at 0 to
-# 30M: on an AMX Xeon the fastest were 3M-5M at 1 thread and 6M-12M at 2 threads (hence
-# per thread); at 60 rows and more every threshold in that range leaves the calls int8.
-FP32_WORK = 4_000_000
+# 1), and its first call with a new row count (a sentence of a new length) several times
+# that. Measured on an AMX Xeon (/tmp scripts, not shipped) with the demo model's shapes,
+# this threshold from 0 to 1e12 (fp32 always) against the fp32 engine: one test sentence
+# at a time (beam 5 and greedy, 1 and 2 threads) int8 is level with fp32 from 10M up,
+# 1-3% slower at 4M (7% with the kernels held to AVX2, as on an AVX2-only CPU) and 20-30%
+# slower at 0; 300-400 sentences in 4096-token batches run 1.2-1.3x fp32's speed at every
+# threshold from 0 to 30M (1.05-1.09x with AVX2 kernels).
+FP32_WORK = 10_000_000
 
 
 class Int8Linear(nn.Module):
@@ -232,17 +234,19 @@ class Int8Linear(nn.Module):
         return self.fp32_work * torch.get_num_threads() // self.size
 
     def forward(self, x: Tensor) -> Tensor:  # (..., in) -> (..., out)
-        if x.dim() == 2:  # decode_step's (rows, in): no reshapes
-            return self.rows(x)
-        lead = x.shape[:-1]
-        return self.rows(x.reshape(-1, self.in_features)).view(*lead, self.out_features)
-
-    def rows(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
+        if x.dim() != 2:  # decode_step's (rows, in) needs no reshapes
+            lead = x.shape[:-1]
+            return self.forward(x.reshape(-1, self.in_features)).view(*lead, self.out_features)
         if x.size(0) > self.fp32_rows:
             return self.many_rows(x)
         if self.dequantized is not None:
             return self.few_rows(x)
         return x.new_zeros(0, self.out_features)  # no rows: oneDNN refuses an empty x
+
+    # Called as forward itself, without nn.Module's call machinery (its hooks, which
+    # nothing sets on these): decode_step calls each linear once a step, where that
+    # machinery made a sentence measurably slower than fp32's plain StepLinear calls.
+    __call__ = forward
 
     def few_rows(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
         if self.bias is None:
