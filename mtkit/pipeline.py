@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from mtkit.config import Recipe
+from mtkit.config.sampling import decode_stamp
 from mtkit.data.binarize import binarize
 from mtkit.data.corpora import training_fingerprints, training_splits
 from mtkit.data.manifest import Manifest, load_manifest
@@ -91,9 +92,8 @@ def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
     every file written), all ranks train."""
     run = PipelineRun(recipe, RunPaths(run_dir), resolve_device(device), restart)
     if recipe.train.init_from is not None:
-        # bad input ends here, before anything is written
-        recipe, *parent = load_parent(recipe)
-        run.recipe, run.parent = recipe, (parent[0], parent[1])
+        recipe, bundle, lineage = load_parent(recipe)  # bad input ends here, unwritten
+        run.recipe, run.parent = recipe, (bundle, lineage)
     if recipe.tokenizer.model is not None:
         run.given_tokenizer = given_tokenizer(recipe)
     if not dist.is_main():
@@ -412,13 +412,9 @@ def eval_stage(run: PipelineRun) -> None:
         _skip("eval", "the recipe has no data.test sets")
         return
     scores_path = paths.eval / "scores.json"
-    decode = recipe.to_dict()["decode"]
-    if recipe.decode.sampling.kind == "none":  # then they change nothing (older stamps lack them)
-        for key in ("sampling", "temperature", "seed"):
-            decode.pop(key)
     stamp = {
         "model": file_fingerprint(paths.model),
-        "decode": decode,
+        "decode": decode_stamp(recipe.to_dict()["decode"], recipe.decode.sampling),
         "tests": [[file_fingerprint(t.src), file_fingerprint(t.tgt)] for t in recipe.data.test],
     }
     old = read_json(scores_path)

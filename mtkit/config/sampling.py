@@ -43,3 +43,14 @@ class Sampling:
     def __str__(self) -> str:
         extra = {"topk": f":{self.k}", "topp": f":{self.p!r}"}.get(self.kind, "")
         return self.kind + extra
+
+
+SAMPLING_KEYS = ("sampling", "temperature", "seed")  # the decode keys only sampling reads
+
+
+def decode_stamp(decode: dict, sampling: Sampling) -> dict:
+    """A decode section as an up-to-date check compares it: without the sampling keys
+    when it does not sample (they change nothing then, and older stamps lack them)."""
+    if sampling.kind != "none":
+        return decode
+    return {key: value for key, value in decode.items() if key not in SAMPLING_KEYS}
