@@ -17,8 +17,9 @@ import torch
 from torch import Tensor, nn
 
 from mtkit.config import DecodeConfig, Recipe
-from mtkit.data.tokenizer import SpecialIds, Tokenizer
+from mtkit.data.tokenizer import Tokenizer
 from mtkit.decode import ct2
+from mtkit.decode.forced import pad_sources
 from mtkit.decode.prefix import ForcedPrefix
 from mtkit.decode.sampling import Draw, sample_search
 from mtkit.decode.search import STOP_RULES, Hypothesis, beam_search, greedy_search
@@ -137,16 +138,6 @@ class InferenceModel:
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int,
                    beam: int) -> DecoderCache:
         return self.model.init_cache(memory, src_pad_mask, max_len, beam, self.weights)
-
-
-def pad_sources(sources: list[list[int]], specials: SpecialIds) -> torch.Tensor:
-    """Append eos and right-pad: (batch, longest + 1)."""
-    width = max(len(s) for s in sources) + 1
-    out = torch.full((len(sources), width), specials.pad, dtype=torch.long)
-    for row, ids in enumerate(sources):
-        out[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        out[row, len(ids)] = specials.eos
-    return out
 
 
 def quantize_int8(model: Transformer, fp32_work: int | None = None) -> Transformer:

@@ -89,16 +89,23 @@ def attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, dropout_p: f
 def explicit_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None,
                        dropout_p: float, causal: bool) -> Tensor:
     """softmax(q k^T / sqrt(dh)) v as matmuls, with the fused kernel's masks and dropout."""
+    weights = attention_weights(q, k, keep, causal)
+    if dropout_p:
+        weights = dropout(weights, dropout_p)
+    return weights @ v  # (B, H, Tq, dh)
+
+
+def attention_weights(q: Tensor, k: Tensor, keep: Tensor | None, causal: bool = False
+                      ) -> Tensor:
+    """softmax(q k^T / sqrt(dh)): (B, H, Tq, dh) queries, (B, H, Tk, dh) keys -> (B, H, Tq,
+    Tk), each row summing to 1 over the keys it may see."""
     scores = q @ k.transpose(-1, -2) * q.size(-1) ** -0.5  # (B, H, Tq, Tk)
     if causal:  # query i sees keys 0..i
         tq, tk = scores.shape[-2:]
         keep = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril_()
     if keep is not None:
         scores = scores.masked_fill(~keep, NEG_INF)
-    weights = scores.softmax(dim=-1)
-    if dropout_p:
-        weights = dropout(weights, dropout_p)
-    return weights @ v  # (B, H, Tq, dh)
+    return scores.softmax(dim=-1)
 
 
 def dropout(x: Tensor, p: float) -> Tensor:
@@ -211,6 +218,12 @@ class CrossAttention(nn.Module):
         p = self.attn_dropout if self.training else 0.0
         y = attention(q, k, v, keep, p)
         return self.out(merge_heads(y)).view(rows, length, dim)  # (B, T, D)
+
+    def weights(self, x: Tensor, k: Tensor, keep: Tensor | None) -> Tensor:
+        """The attention weights `forward` applies, (B, H, T, S), for one row per sentence
+        (no beam): x (B, T, D) as forward gets it, k (B, H, S, dh) from project_kv."""
+        (q,) = split_heads(self.q(x), 1, self.heads)  # (B, H, T, dh)
+        return attention_weights(q, k, keep)
 
 
 class FeedForward(nn.Module):
