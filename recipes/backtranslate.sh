@@ -12,12 +12,15 @@
 #
 #   bash recipes/backtranslate.sh            # from the checkout: the Bible data in recipes/data/
 #   DATA=corpus WORK=runs/bt-x REAL=100000 bash recipes/backtranslate.sh
-#   WORK=runs/bt-sampled bash recipes/backtranslate.sh --sampling topk:10
+#   bash recipes/backtranslate.sh --sampling topk:10   # then the same with sampling
 #
 # The synthetic Spanish comes from beam search (the reverse model's decode settings), or,
 # with --sampling RULE (full, topk:K or topp:P; `mtkit translate --sampling`), is drawn at
 # random (Edunov et al. 2018, "Understanding Back-Translation at Scale": sampling beats
 # beam with much data, beam wins with little); --seed N chooses the samples (default 0).
+# Each way of decoding has its own synthetic file and run (synthetic.es and es-en-bt for
+# beam, synthetic-topk10-seed0.es and es-en-bt-topk10-seed0 for the line above), so both
+# live in one WORK beside the reverse model and the baseline, which a second call reuses.
 # Other arguments go to every `mtkit train`, e.g. --set train.max_time=10m.
 set -euo pipefail
 
@@ -91,22 +94,23 @@ train() {
 train en-es en es "[{src: $WORK/real.en, tgt: $WORK/real.es}]" "$@"
 
 # 2. synthetic Spanish for the monolingual English: beam search (as the paper's tagged
-# runs), or samples; made again when the model or the way of decoding changes
+# runs), or samples; made again when the reverse model changes
 decode=(--sampling "$SAMPLING" --seed "$SEED")
-if [ ! -s "$WORK/synthetic.es" ] || [ "$WORK/en-es/model.pt" -nt "$WORK/synthetic.es" ] \
-        || [ "$(cat "$WORK/synthetic.decode" 2>/dev/null)" != "${decode[*]}" ]; then
+named=""  # beam: synthetic.es, es-en-bt; sampling: the rule and seed in both names
+if [ "$SAMPLING" != none ]; then named="-${SAMPLING//[:.]/}-seed$SEED"; fi
+synthetic=$WORK/synthetic$named.es
+if [ ! -s "$synthetic" ] || [ "$WORK/en-es/model.pt" -nt "$synthetic" ]; then
     "$mtkit" translate -m "$WORK/en-es/model.pt" --input "$WORK/mono.en" \
-        --output "$WORK/synthetic.es" "${decode[@]}"
-    echo "${decode[*]}" > "$WORK/synthetic.decode"
+        --output "$synthetic" "${decode[@]}"
 fi
 
 # 3. es->en: the baseline on the real pairs, and real + tagged synthetic pairs
 train es-en es en "[{src: $WORK/real.es, tgt: $WORK/real.en}]" "$@"
-train es-en-bt es en "[{src: $WORK/real.es, tgt: $WORK/real.en},
-  {src: $WORK/synthetic.es, tgt: $WORK/mono.en, tag: BT, weight: $BT_WEIGHT}]" "$@"
+train "es-en-bt$named" es en "[{src: $WORK/real.es, tgt: $WORK/real.en},
+  {src: $synthetic, tgt: $WORK/mono.en, tag: BT, weight: $BT_WEIGHT}]" "$@"
 
 # the test scores of both (eval/scores.json, written by each run's eval stage)
-for run in es-en es-en-bt; do
+for run in es-en "es-en-bt$named"; do
     python3 - "$WORK/$run/eval/scores.json" "$run" <<'EOF'
 import json, sys
 for result in json.load(open(sys.argv[1]))["results"]:

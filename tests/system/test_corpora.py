@@ -169,19 +169,22 @@ def test_the_back_translation_example_runs(tmp_path, mtkit_script):
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["es-en", "es-en-bt"]
     assert all("test.es: BLEU" in line for line in lines), done.stdout
-    assert (work / "synthetic.decode").read_text() == "--sampling none --seed 0\n"
 
-    # sampled synthetic Spanish (a new WORK, as for a comparison): the options go to
-    # translate, not to train
-    env["WORK"] = str(tmp_path / "bt-sampled")
+    # sampled synthetic Spanish in the same WORK, for a comparison: the options go to
+    # translate, not to train; the reverse model and the baseline are reused as they are
+    kept = {run: (work / run / "model.pt").stat().st_mtime_ns for run in ("en-es", "es-en")}
     sampled = subprocess.run(["bash", str(RECIPES / "backtranslate.sh"), "--sampling",
                               "topk:5", "--seed=2"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=600)
     assert sampled.returncode == 0, sampled.stderr[-3000:]
-    work = tmp_path / "bt-sampled"
-    assert (work / "synthetic.decode").read_text() == "--sampling topk:5 --seed 2\n"
-    drawn = (work / "synthetic.es").read_text(encoding="utf-8").splitlines()
+    assert {run: (work / run / "model.pt").stat().st_mtime_ns for run in kept} == kept
+    drawn = (work / "synthetic-topk5-seed2.es").read_text(encoding="utf-8").splitlines()
     assert len(drawn) == 100 and drawn != synthetic
+    assert (work / "synthetic.es").read_text(encoding="utf-8").splitlines() == synthetic
+    lines = sampled.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["es-en", "es-en-bt-topk5-seed2"]
+    manifest = json.loads((work / "es-en-bt-topk5-seed2/data/manifest.json").read_text())
+    assert manifest["splits"]["train-2"]["src"]["path"].endswith("synthetic-topk5-seed2.es")
 
 
 def test_a_given_tokenizer_keeps_the_other_corpora_when_one_is_added(tmp_path, mtkit_cli):
