@@ -43,52 +43,18 @@ while [ $# -gt 0 ]; do
 done
 set -- ${train_args[@]+"${train_args[@]}"}
 
-# DATA holds SPLIT.LANG for train, dev and test (plain or .gz), or bible.SPLIT.LANG.gz as
-# the shipped corpus does
-DATA=${DATA:-recipes/data}
-BASE=${BASE:-recipes/cpu-30m.yaml}     # model, training and decoding settings
+SCRIPT=backtranslate.sh
+DATA=${DATA:-recipes/data}                 # the corpus (see recipes/corpus-runs.sh)
+BASE=${BASE:-recipes/cpu-30m.yaml}         # model, training and decoding settings
 WORK=${WORK:-runs/backtranslation}         # everything the script writes
 REAL=${REAL:-14000}                        # training pairs used as the parallel data
 BT_WEIGHT=${BT_WEIGHT:-1}                  # how often a synthetic pair is sampled an epoch
 mtkit=${MTKIT:-mtkit}
+source "$(dirname "${BASH_SOURCE[0]}")/corpus-runs.sh"
 
-if [ ! -d "$DATA" ]; then
-    echo "backtranslate.sh: DATA=$DATA is not a directory; set DATA to the corpus's" >&2
-    echo "  directory (train, dev and test .es/.en files), e.g. DATA=recipes/data" >&2
-    exit 2
-fi
-mkdir -p "$WORK"
-DATA=$(cd "$DATA" && pwd) WORK=$(cd "$WORK" && pwd)
-
-# corpus_file SPLIT LANG: the file of DATA that holds that split and side
-corpus_file() {
-    local f
-    for f in "$DATA/$1.$2" "$DATA/$1.$2.gz" "$DATA/bible.$1.$2.gz"; do
-        if [ -f "$f" ]; then echo "$f"; return; fi
-    done
-    echo "backtranslate.sh: $DATA has no $1.$2 (nor $1.$2.gz, bible.$1.$2.gz)" >&2
-    exit 2
-}
-# the training text unpacked whole (head on a pipe would end zcat early, which pipefail
-# counts as a failure)
-zcat -f "$(corpus_file train es)" > "$WORK/train.es"
-zcat -f "$(corpus_file train en)" > "$WORK/train.en"
 head -n "$REAL" "$WORK/train.es" > "$WORK/real.es"
 head -n "$REAL" "$WORK/train.en" > "$WORK/real.en"
 tail -n +"$((REAL + 1))" "$WORK/train.en" > "$WORK/mono.en"
-
-# train RUN SRC TGT CORPORA [ARGS...]: BASE's settings on the corpora given as a YAML list
-train() {
-    local run=$1 src=$2 tgt=$3 corpora=$4
-    shift 4
-    "$mtkit" train "$BASE" --run-dir "$WORK/$run" \
-        --set data.langs.src="$src" --set data.langs.tgt="$tgt" \
-        --set "data.train=$corpora" \
-        --set data.valid.src="$(corpus_file dev "$src")" \
-        --set data.valid.tgt="$(corpus_file dev "$tgt")" \
-        --set data.test.src="$(corpus_file test "$src")" \
-        --set data.test.tgt="$(corpus_file test "$tgt")" "$@"
-}
 
 # 1. the reverse model, en->es, on the real pairs
 train en-es en es "[{src: $WORK/real.en, tgt: $WORK/real.es}]" "$@"
@@ -109,12 +75,4 @@ train es-en es en "[{src: $WORK/real.es, tgt: $WORK/real.en}]" "$@"
 train "es-en-bt$named" es en "[{src: $WORK/real.es, tgt: $WORK/real.en},
   {src: $synthetic, tgt: $WORK/mono.en, tag: BT, weight: $BT_WEIGHT}]" "$@"
 
-# the test scores of both (eval/scores.json, written by each run's eval stage)
-for run in es-en "es-en-bt$named"; do
-    python3 - "$WORK/$run/eval/scores.json" "$run" <<'EOF'
-import json, sys
-for result in json.load(open(sys.argv[1]))["results"]:
-    scores = ", ".join(f"{k} {v['score']:.2f}" for k, v in result["scores"].items())
-    print(f"{sys.argv[2]}: {result['src'].rsplit('/', 1)[-1]}: {scores}")
-EOF
-done
+print_scores es-en "es-en-bt$named"
