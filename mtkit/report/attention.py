@@ -16,11 +16,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.forced import decoder_layer, forced_pass
-from mtkit.decode.translate import Translator
+from mtkit.decode.translate import Stats, Translator, decode_lines
 from mtkit.errors import ConfigError, DataError
 from mtkit.files.atomic import atomic_write
 from mtkit.report.plot import figure_classes
@@ -70,7 +70,7 @@ def default_layer(layer_count: int) -> int:
     return max(layer_count - 2, 0)
 
 
-def attention_pictures(job: AttentionJob, stdin: TextIO | None = None) -> list[Path]:
+def attention_pictures(job: AttentionJob, stdin: BinaryIO | None = None) -> list[Path]:
     """Translate the job's sentences, draw each, write the PNGs; their paths."""
     figure_classes(MISSING)  # the missing extra first, before the model loads
     if job.output.suffix.lower() != ".png":
@@ -80,9 +80,10 @@ def attention_pictures(job: AttentionJob, stdin: TextIO | None = None) -> list[P
         raise ConfigError(f"--lines {job.lines}: expected at least 1")
     translator = Translator.load(job.models, device=job.device, tag=job.tag,
                                  beam=job.beam)
-    sentences = read_sentences(stdin if stdin is not None else sys.stdin, job.lines)
+    chosen_layers(translator, job.layer, job.every_head)  # its errors before stdin is read
+    sentences = read_sentences(stdin if stdin is not None else sys.stdin.buffer, job.lines)
     maps = attention_maps(translator, sentences, job.layer, job.every_head)
-    paths = picture_paths(job.output, len(maps))
+    paths = picture_paths(job.output, len(maps), numbered=job.lines > 1)
     job.output.parent.mkdir(parents=True, exist_ok=True)
     for path, found in zip(paths, maps, strict=True):
         figure = attention_figure(found)
@@ -91,14 +92,16 @@ def attention_pictures(job: AttentionJob, stdin: TextIO | None = None) -> list[P
     return paths
 
 
-def read_sentences(stream: TextIO, count: int) -> list[str]:
-    """The first `count` lines of the input (fewer if it has fewer), or an error for an
-    input without one, or with an empty one among them."""
-    lines = []
+def read_sentences(stream: BinaryIO, count: int) -> list[str]:
+    """The first `count` lines of the input (fewer if it has fewer), read as translate
+    reads them (invalid UTF-8 replaced), or an error for an input without one, or with an
+    empty one among them."""
+    raw = []
     for line in stream:
-        lines.append(line.rstrip("\r\n"))
-        if len(lines) == count:
+        raw.append(line[:-1] if line.endswith(b"\n") else line)
+        if len(raw) == count:
             break
+    lines = decode_lines(raw, Stats())
     if not lines:
         raise DataError("stdin: no sentence; give one on stdin (echo 'Hola.' | mtkit "
                         "attention ...)")
@@ -108,9 +111,10 @@ def read_sentences(stream: TextIO, count: int) -> list[str]:
     return lines
 
 
-def picture_paths(output: Path, count: int) -> list[Path]:
-    """FILE.png for one picture; FILE-1.png ... FILE-N.png for N."""
-    if count == 1:
+def picture_paths(output: Path, count: int, numbered: bool) -> list[Path]:
+    """FILE.png for one picture; FILE-1.png ... FILE-N.png for N, `numbered` (--lines
+    above 1, however many lines came)."""
+    if not numbered:
         return [output]
     return [output.with_name(f"{output.stem}-{i}{output.suffix}") for i in range(1, count + 1)]
 
@@ -120,21 +124,9 @@ def attention_maps(translator: Translator, sentences: Sequence[str], layer: int 
     """Each sentence translated (best hypothesis) and its cross-attention: of `layer`
     (None: default_layer; negative: from the end), heads averaged, or of every layer and
     head (one model only)."""
-    engine = translator.engine
-    if not isinstance(engine, TorchEngine):
-        raise ConfigError("attention is drawn from mtkit's own model: give the model file "
-                          "(a CTranslate2 export has no attention weights to read)")
-    models = engine.models
-    if every_head and len(models) > 1:
-        raise ConfigError("--all draws one model's heads: give one -m, not an ensemble")
+    layers = chosen_layers(translator, layer, every_head)
+    models = translator.engine.models  # (a TorchEngine: chosen_layers checked)
     count = len(models[0].decoder)
-    if every_head:
-        layers = tuple(range(count))
-    else:
-        try:
-            layers = (decoder_layer(models[0], default_layer(count) if layer is None else layer),)
-        except ValueError as exc:
-            raise ConfigError(f"--layer {layer}: {exc}") from None
     hyps = translator.search(list(sentences))
     sources = [ids[: translator.max_source] for ids in translator.tokenizer.encode_src(
         list(sentences))]  # as the search read them
@@ -149,6 +141,26 @@ def attention_maps(translator: Translator, sentences: Sequence[str], layer: int 
             tuple(src_pieces[i] for i in src) + (EOS,), tuple(tgt_pieces[i] for i in tgt) + (EOS,),
             weights.numpy(), layers, count, averaged=not every_head))
     return maps
+
+
+def chosen_layers(translator: Translator, layer: int | None, every_head: bool
+                  ) -> tuple[int, ...]:
+    """The decoder layers to draw, from 0, or the one-line error for a layer the model
+    lacks, an engine without attention weights, or every head of an ensemble."""
+    engine = translator.engine
+    if not isinstance(engine, TorchEngine):
+        raise ConfigError("attention is drawn from mtkit's own model: give the model file "
+                          "(a CTranslate2 export has no attention weights to read)")
+    if every_head and len(engine.models) > 1:
+        raise ConfigError("--all draws one model's heads: give one -m, not an ensemble")
+    count = len(engine.models[0].decoder)
+    if every_head:
+        return tuple(range(count))
+    try:
+        return (decoder_layer(engine.models[0], default_layer(count) if layer is None
+                              else layer),)
+    except ValueError as exc:
+        raise ConfigError(f"--layer {layer}: {exc}") from None
 
 
 def attention_figure(found: AttentionMap) -> Figure:

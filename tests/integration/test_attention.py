@@ -6,6 +6,7 @@ tests/system/test_attention_cli.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
 
@@ -61,7 +62,7 @@ def test_the_png_of_each_sentence(reverse_model, tmp_path):
 
     job = attention.AttentionJob(models=(reverse_model[0],), output=tmp_path / "a.png",
                                  lines=2, device="cpu")
-    paths = attention.attention_pictures(job, io.StringIO("a b c d\ne f\ng h\n"))
+    paths = attention.attention_pictures(job, io.BytesIO(b"a b c d\ne f\ng h\n"))
     assert paths == [tmp_path / "a-1.png", tmp_path / "a-2.png"]  # the first 2 lines
     assert sorted(tmp_path.iterdir()) == paths  # no temporary file left
     for path in paths:
@@ -69,7 +70,10 @@ def test_the_png_of_each_sentence(reverse_model, tmp_path):
         height, width = image.imread(path).shape[:2]
         assert 300 <= width <= 1500 and 250 <= height <= 1500, (width, height)
     one = attention.AttentionJob(models=(reverse_model[0],), output=tmp_path / "b.png")
-    assert attention.attention_pictures(one, io.StringIO("a b\n")) == [tmp_path / "b.png"]
+    assert attention.attention_pictures(one, io.BytesIO(b"a b\n")) == [tmp_path / "b.png"]
+    # --lines 3 of an input of one line: numbered all the same, as --lines says
+    three = dataclasses.replace(one, lines=3)
+    assert attention.attention_pictures(three, io.BytesIO(b"a \xff b")) == [tmp_path / "b-1.png"]
 
 
 def test_the_one_line_errors(reverse_model, translator, tmp_path, monkeypatch):
@@ -81,15 +85,15 @@ def test_the_one_line_errors(reverse_model, translator, tmp_path, monkeypatch):
         attention.attention_maps(ensemble, ["a b"], every_head=True)
     attention.attention_maps(ensemble, ["a b"])  # heads averaged: an ensemble averages too
     with pytest.raises(DataError, match="stdin line 2: empty"):
-        attention.read_sentences(io.StringIO("a b\n\n"), 3)
+        attention.read_sentences(io.BytesIO(b"a b\n\n"), 3)
     with pytest.raises(DataError, match="no sentence"):
-        attention.read_sentences(io.StringIO(""), 1)
+        attention.read_sentences(io.BytesIO(b""), 1)
     job = attention.AttentionJob(models=(reverse_model[0],), output=tmp_path / "a.pdf")
     with pytest.raises(ConfigError, match=r"\.png"):
-        attention.attention_pictures(job, io.StringIO("a\n"))
+        attention.attention_pictures(job, io.BytesIO(b"a\n"))
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
     job = attention.AttentionJob(models=(reverse_model[0],), output=tmp_path / "a.png")
     with pytest.raises(ConfigError) as error:
-        attention.attention_pictures(job, io.StringIO("a\n"))
+        attention.attention_pictures(job, io.BytesIO(b"a\n"))
     assert str(error.value) == attention.MISSING
     assert "pip install 'mtkit[plot]'" in attention.MISSING

@@ -20,8 +20,10 @@ def test_attention_writes_the_png(tiny_run, tmp_path, mtkit_cli):
     assert str(out) in done.stderr
 
 
-def test_a_layer_the_model_lacks_is_one_error_line(tiny_run, tmp_path, mtkit_cli, expect_error):
-    done = mtkit_cli(["attention", "-m", tiny_run.model, "-o", tmp_path / "a.png", "--layer",
-                      "9"], cwd=tmp_path, input=SENTENCE)
-    expect_error(done, "--layer 9:")
+def test_a_layer_the_model_lacks_is_one_error_line(tiny_run, tmp_path, mtkit_inprocess,
+                                                   expect_error):
+    """(In process: the layer is checked before stdin is read.)"""
+    done = mtkit_inprocess(["attention", "-m", tiny_run.model, "-o", tmp_path / "a.png",
+                            "--layer", "9"], tmp_path)
+    expect_error(done, "--layer 9:", "the model has")
     assert not (tmp_path / "a.png").exists()
