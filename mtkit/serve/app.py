@@ -4,9 +4,10 @@ A translation request is read (bounded), parsed and checked (serve/api.py), meas
 source tokens, and queued in the batcher; its handler then waits for either the result
 or the client going away, whichever comes first. A client that leaves takes its lines out
 of the queue, or, if they are being decoded already, its result is dropped: either way
-no one waits for it. The model runs only in the threads in `Batcher.run()` (the main
-thread and any further workers), never on the event loop. Every error answer is
-`{"error": "one line"}`.
+no one waits for it. A scoring request (`/v1/score`) goes the same way, its pairs
+encoded and checked before they are queued (settings SCORING: batched only with other
+pairs). The model runs only in the threads in `Batcher.run()` (the main thread and any
+further workers), never on the event loop. Every error answer is `{"error": "one line"}`.
 """
 
 from __future__ import annotations
