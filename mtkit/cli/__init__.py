@@ -40,8 +40,9 @@ _debug = False
 COMMANDS = {
     "spm-train": training.spm_train, "binarize": training.binarize, "train": training.train,
     "average": training.average, "import": training.import_model, "info": reports.info,
-    "translate": translation.translate,
-    "export": translation.export, "plot": reports.plot, "serve": translation.serve,
+    "translate": translation.translate, "score-pairs": translation.score_pairs,
+    "export": translation.export, "plot": reports.plot, "attention": reports.attention,
+    "serve": translation.serve,
     "score": reports.score,
 }
 for _name, _function in COMMANDS.items():

@@ -30,6 +30,10 @@ SetOpt = typer.Option(
 DeviceOpt = typer.Option("auto", "--device", metavar="DEVICE",
                          help="cpu, cuda, cuda:N or auto.")
 ThreadsOpt = typer.Option(0, "--threads", metavar="N", help="CPU threads for torch (0 = default).")
+ModelsOpt = typer.Option(
+    ..., "-m", "--model", metavar="MODEL", help="Model file or run directory (its "
+    "model.pt); repeat: an ensemble; or a directory `mtkit export` wrote."
+)
 
 # translate and serve: the decode settings (defaults: the recipe stored in the model)
 BeamOpt = typer.Option(None, "--beam", metavar="N", show_default=FROM_MODEL,

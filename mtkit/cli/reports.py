@@ -1,4 +1,4 @@
-"""Commands that report on models and translations: info, plot, score."""
+"""Commands that report on models and translations: info, plot, attention, score."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import typer
 
-from mtkit.cli.options import one_of
+from mtkit.cli.options import BeamOpt, DeviceOpt, ModelsOpt, TagOpt, one_of
+from mtkit.errors import ConfigError
 
 log = logging.getLogger("mtkit")
 
@@ -42,6 +43,34 @@ def plot(
 
     plot_runs(list(run_dirs), output, tuple(metrics or ()))
     log.info("curves of %d run(s) written to %s", len(run_dirs), output)
+
+
+def attention(
+    models: list[Path] = ModelsOpt,
+    output: Path = typer.Option(..., "-o", "--output", metavar="FILE",
+                                help="The PNG file to write (several lines: FILE-1.png, ...)."),
+    lines: int = typer.Option(1, "--lines", metavar="N",
+                              help="Draw the first N lines of stdin, a picture each."),
+    layer: int | None = typer.Option(
+        None, "--layer", metavar="N", show_default="the penultimate",
+        help="The decoder layer to draw, from 0 (negative: from the end), heads averaged."),
+    every_head: bool = typer.Option(False, "--all",
+                                    help="Every layer (rows) and head (columns), a grid."),
+    beam: int | None = BeamOpt,
+    tag: str | None = TagOpt,
+    device: str = DeviceOpt,
+) -> None:
+    """Translate a sentence from stdin and draw where the decoder attended in the source
+    into a PNG (needs the extra: pip install 'mtkit[plot]')."""
+    from mtkit.report.attention import AttentionJob, attention_pictures
+
+    if every_head and layer is not None:
+        raise ConfigError("--layer and --all: give one (--all draws every layer)")
+    paths = attention_pictures(AttentionJob(
+        models=tuple(models), output=output, lines=lines, layer=layer, every_head=every_head,
+        beam=beam, tag=tag, device=device))
+    log.info("attention of %d sentence(s) written to %s", len(paths),
+             ", ".join(map(str, paths)))
 
 
 def score(

@@ -1,4 +1,4 @@
-"""Commands that use a model: translate, export, serve."""
+"""Commands that use a model: translate, score-pairs, export, serve."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from mtkit.cli.options import (
     MaxLenAOpt,
     MaxLenBOpt,
     MaxTokensOpt,
+    ModelsOpt,
     NbestOpt,
     QuantizeOpt,
     SamplingOpt,
@@ -56,10 +57,7 @@ BatchWindowOpt = typer.Option(
 
 
 def translate(
-    models: list[Path] = typer.Option(
-        ..., "-m", "--model", metavar="MODEL", help="Model file or run directory (its "
-        "model.pt); repeat: an ensemble; or a directory `mtkit export` wrote."
-    ),
+    models: list[Path] = ModelsOpt,
     beam: int | None = BeamOpt,
     lenpen: float | None = LenpenOpt,
     stop: str | None = StopOpt,
@@ -110,6 +108,38 @@ def translate(
         sys.stderr.write(stats.summary() + "\n")
 
 
+def score_pairs(
+    models: list[Path] = ModelsOpt,
+    src_file: Path = typer.Option(..., "--src", metavar="FILE",
+                                  help="Source lines (plain or .gz)."),
+    tgt_file: Path = typer.Option(..., "--tgt", metavar="FILE",
+                                  help="Their translations, one per source line."),
+    output_file: Path | None = typer.Option(None, "-o", "--output", metavar="FILE",
+                                            show_default="stdout", help="Write this file."),
+    tag: str | None = TagOpt,
+    max_tokens: int = typer.Option(4096, "--max-tokens", metavar="N",
+                                   help="Tokens per batch (a pair's longer side, padded)."),
+    device: str = DeviceOpt,
+    threads: int = TranslateThreadsOpt,
+    quantize: str = QuantizeOpt,
+    engine: str = EngineOpt,
+    quiet: bool = typer.Option(False, "--quiet", help="No summary line on stderr."),
+) -> None:
+    """Score given translations: one line per pair, the natural-log probability of the
+    target given the source and that divided by its tokens (EOS counted), TAB-separated."""
+    from mtkit.decode.score_job import ScoreJob, score_job
+
+    job = ScoreJob(models=tuple(models), src_file=src_file, tgt_file=tgt_file,
+                   output_file=output_file, tag=tag, max_tokens=max_tokens, device=device,
+                   threads=threads, quantize=quantize, engine=engine, quiet=quiet)
+    try:
+        stats = score_job(job)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    if not quiet:
+        sys.stderr.write(stats.summary() + "\n")
+
+
 def _quiet_broken_pipe() -> NoReturn:
     """`mtkit translate ... | head -1`: stop quietly with SIGPIPE's status, as Unix tools do."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -142,10 +172,7 @@ def export(
 
 
 def serve(
-    models: list[Path] = typer.Option(
-        ..., "-m", "--model", metavar="MODEL", help="Model file or run directory (its "
-        "model.pt); repeat: an ensemble; or a directory `mtkit export` wrote."
-    ),
+    models: list[Path] = ModelsOpt,
     host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", help="Address to "
                              "listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8000, "--port", metavar="N",

@@ -290,12 +290,25 @@ class CTranslate2Engine:
     def _prefix_logprobs(self, tokens: list[list[str]], forced: list[list[str]]) -> list[float]:
         """The model's log-probability of each line's forced prefix (0 without one)."""
         rows = [i for i, prefix in enumerate(forced) if prefix]
-        scored = self.translator_for(len(rows)).score_batch(
-            [tokens[i] for i in rows], [forced[i] for i in rows], max_batch_size=0)
+        scored = self._score_pieces([tokens[i] for i in rows], [forced[i] for i in rows])
         out = [0.0] * len(forced)
-        for i, result in zip(rows, scored, strict=True):
-            out[i] = float(sum(result.log_probs[: len(forced[i])]))  # then EOS's: left out
+        for i, logprobs in zip(rows, scored, strict=True):
+            out[i] = sum(logprobs[: len(forced[i])])  # then EOS's: left out
         return out
+
+    def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        return self._score_pieces([[self.src_pieces[i] for i in ids] for ids in sources],
+                                  [[self.tgt_pieces[i] for i in ids] for ids in targets])
+
+    def _score_pieces(self, sources: list[list[str]], targets: list[list[str]]
+                      ) -> list[list[float]]:
+        """CTranslate2's score_batch: per target token, then EOS, a log-probability. It
+        starts the decoder as its search does (the export's decoder_start_token, see
+        _start_from_pad), so scores and search agree. Nothing truncated
+        (max_input_length 0): the caller has checked the lengths."""
+        scored = self.translator_for(len(sources)).score_batch(
+            sources, targets, max_batch_size=0, max_input_length=0)
+        return [[float(x) for x in result.log_probs] for result in scored]
 
     def _sample(self, tokens: list[list[str]], opts: DecodeConfig,
                 common: dict) -> list[list[tuple[list[str], float]]]:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.data.tokenizer import Tokenizer
 from mtkit.decode import ct2
-from mtkit.decode.forced import pad_sources
+from mtkit.decode.forced import forced_pass, pad_sources
 from mtkit.decode.prefix import ForcedPrefix
 from mtkit.decode.sampling import Draw, sample_search
 from mtkit.decode.search import STOP_RULES, Hypothesis, beam_search, greedy_search
@@ -46,6 +46,11 @@ class Engine(Protocol):
         the engine draws them). `prefixes`: target ids each hypothesis starts with (empty:
         none); `lines`: each source's number in its input, which keys its samples' random
         streams where the engine can (default: 0, 1, ...)."""
+
+    def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        """The natural-log probability of each token of each given target (ids without
+        EOS) after its source, then of EOS: len(target) + 1 values per pair. Every pair
+        fits the model (source and target at most `max_source` tokens)."""
 
 
 class TorchEngine:
@@ -121,6 +126,11 @@ class TorchEngine:
             max_len_a=s.max_len_a, max_len_b=s.max_len_b, use_cache=self.use_cache,
             stop=s.stop, specials=specials, prefix=prefix,
         )
+
+    def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        # the whole target in one teacher-forced pass (an ensemble: as the search averages)
+        forced = forced_pass(self.models, sources, targets, self.tokenizer.specials)
+        return [pair.token_logprobs.tolist() for pair in forced]
 
 
 class InferenceModel:

@@ -24,8 +24,9 @@ from mtkit.config import DecodeConfig, replace_checked
 from mtkit.data.batching import token_batches
 from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
+from mtkit.decode.scoring import PairScore, TooLong, encode_pairs, score_encoded
 from mtkit.decode.search import Hypothesis
-from mtkit.errors import CheckpointError, ConfigError
+from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.progress import progress_bar
 from mtkit.runtime.devices import resolve_device, set_threads
 
@@ -174,6 +175,34 @@ class Translator:
         self.stats.sentences += len(lines)
         self.stats.tokens += sum(len(r[0].tokens) for r in results)
         return results
+
+    @overload
+    def score(self, sources: str, targets: str) -> PairScore: ...
+    @overload
+    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[PairScore]: ...
+
+    def score(self, sources: str | Sequence[str], targets: str | Sequence[str],
+              first_line: int = 0, names: tuple[str, str] = ("source", "target")
+              ) -> PairScore | list[PairScore]:
+        """The model's log-probability of each given target after its source (one pair:
+        one score), EOS included: `PairScore.total`, `.per_token`, `.token_logprobs`.
+
+        Empty lines are pairs like any other. A source or target over the model's
+        `max_source` tokens is a DataError naming `names[side]` and the line (counted
+        from `first_line`, 0-based), not a truncated score."""
+        if isinstance(sources, str) and isinstance(targets, str):
+            return self.score([sources], [targets], first_line, names)[0]
+        if isinstance(sources, str) or isinstance(targets, str) or len(sources) != len(targets):
+            raise ConfigError("Translator.score: give as many targets as sources (two "
+                              "strings, or two lists of one length)")
+        try:
+            src, tgt = encode_pairs(self.tokenizer, sources, targets, self.max_source)
+        except TooLong as exc:
+            name = names[exc.side == "target"]
+            raise DataError(f"{name} line {first_line + exc.index + 1}: {exc.length} tokens, "
+                            f"the model takes at most {exc.limit}; shorten or split the "
+                            "pair (a truncated pair would get another pair's score)") from None
+        return score_encoded(self.engine, src, tgt, self.max_tokens)
 
     def _encode_prefixes(self, prefixes: Sequence[str] | None, todo: list[int],
                          numbers: Sequence[int]) -> list[list[int]] | None:

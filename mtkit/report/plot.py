@@ -66,7 +66,7 @@ class Curves:
 def plot_available() -> bool:
     """Whether matplotlib is installed, i.e. whether plot_runs can draw."""
     try:
-        _matplotlib()
+        figure_classes()
     except ConfigError:
         return False
     return True
@@ -105,7 +105,7 @@ def plot_runs(run_dirs: list[Path], out: Path, metrics: tuple[str, ...] = DEFAUL
     metrics = check_metrics(metrics)
     if out.suffix.lower() != ".png":
         raise ConfigError(f"-o {out}: mtkit plot writes PNG; give a file name ending in .png")
-    _matplotlib()  # before reading anything: the missing extra is the first thing to fix
+    figure_classes()  # before reading anything: the missing extra is the first thing to fix
     curves = [read_curves(run_dir) for run_dir in run_dirs]
     if not any(c.records for c in curves):
         raise DataError(f"{', '.join(map(str, run_dirs))}: no training records in "
@@ -144,7 +144,7 @@ def build_figure(curves: list[Curves], metrics: tuple[str, ...] = DEFAULT_METRIC
                  names: list[str] | None = None) -> Figure:
     """The figure plot_runs saves (its own object, no pyplot state): a row of two panels
     per metric, and one legend of the runs above them."""
-    figure_cls, canvas_cls = _matplotlib()
+    figure_cls, canvas_cls = figure_classes()
     metrics = check_metrics(metrics)
     names = names if names is not None else run_names([c.run_dir for c in curves])
     if len(names) != len(curves):
@@ -197,12 +197,13 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _matplotlib():
-    """(Figure, FigureCanvasAgg), or the one-line error that says how to install them."""
+def figure_classes(missing: str = MISSING):
+    """(Figure, FigureCanvasAgg), or the one-line error `missing`, which says how to
+    install them."""
     try:
         import matplotlib  # noqa: F401  (first: a missing package fails here, not below)
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise ConfigError(MISSING) from None
+        raise ConfigError(missing) from None
     return Figure, FigureCanvasAgg

@@ -3,7 +3,8 @@ shaped into answers. Pure: no web framework, no model.
 
 Two request shapes: LibreTranslate's `POST /translate` (`q` a string or a list of
 strings, each of which may hold several lines) and mtkit's `POST /v1/translate` (`text`,
-one line per item, with per-request decode settings). Every problem is a `RequestError`:
+one line per item, with per-request decode settings); and `POST /v1/score`, given
+translations scored (`pairs`, or `source` and `target`). Every problem is a `RequestError`:
 an HTTP status and one line of text, which the app sends as `{"error": "..."}`.
 400: not JSON, or a value the server does not support; 401: API key; 413: over a size
 limit; 422: a field missing or of the wrong type or range; 503: the queue is full.
@@ -148,6 +149,14 @@ def _object(payload: Any) -> dict[str, Any]:
     return payload
 
 
+def _known_fields(body: dict[str, Any], known: tuple[str, ...]) -> None:
+    for key in body:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+            raise RequestError(422, f"unknown field {key!r}; {hint}")
+
+
 def _kind(value: Any) -> str:
     names = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
              list: "a list", dict: "an object", type(None): "null"}
@@ -235,11 +244,7 @@ def libre_answer(request: LibreRequest, results: list[Translation]) -> dict[str,
 
 def native_request(payload: Any, limits: Limits) -> NativeRequest:
     body = _object(payload)
-    for key in body:
-        if key not in NATIVE_FIELDS:
-            close = difflib.get_close_matches(key, NATIVE_FIELDS, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(NATIVE_FIELDS)}"
-            raise RequestError(422, f"unknown field {key!r}; {hint}")
+    _known_fields(body, NATIVE_FIELDS)
     if "text" not in body:
         raise RequestError(422, "text: required (a list of strings, one line each)")
     lines = _strings(body["text"], "text")
@@ -290,3 +295,83 @@ def native_answer(settings: DecodeConfig, results: list[Translation], scores: bo
         answer.update(sampling=str(settings.sampling), temperature=settings.temperature,
                       seed=settings.seed)
     return answer
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """`POST /v1/score`: given translations to score, as parallel lists."""
+
+    sources: tuple[str, ...]
+    targets: tuple[str, ...]
+    tag: str | None  # None: the server's --tag (if any)
+
+
+SCORE_FIELDS = ("pairs", "source", "target", "tag", "api_key")
+# for the OpenAPI page (/docs), beside the app's other request schemas
+SCORE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "pairs": {"type": "array", "items": {"type": "array", "items": {"type": "string"},
+                                             "minItems": 2, "maxItems": 2},
+                  "description": "[source, target] pairs, one line each (or source and "
+                  "target)."},
+        "source": {"type": "array", "items": {"type": "string"}},
+        "target": {"type": "array", "items": {"type": "string"},
+                   "description": "One translation per item of source."},
+        "tag": {"type": "string", "description": "A corpus tag before every source "
+                "(default: the server's --tag)."},
+        "api_key": {"type": "string"},
+    },
+    "example": {"pairs": [["Hola.", "Hello."], ["¿Qué tal?", "How are you?"]]},
+}
+
+
+def score_request(payload: Any, limits: Limits) -> ScoreRequest:
+    """`pairs` ([[source, target], ...]) or `source` and `target` (two lists of one
+    length), one line per string; `tag` optional. The limits are translate's, a pair
+    counting as one line and each side as a line of characters."""
+    body = _object(payload)
+    _known_fields(body, SCORE_FIELDS)
+    if "pairs" in body:
+        if "source" in body or "target" in body:
+            raise RequestError(422, "give pairs, or source and target, not both")
+        pairs = body["pairs"]
+        if not isinstance(pairs, list):
+            raise RequestError(422, f"pairs: expected a list of [source, target], got "
+                                    f"{_kind(pairs)}")
+        for index, pair in enumerate(pairs):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise RequestError(422, f"pairs[{index}]: expected [source, target]")
+            _strings(pair, f"pairs[{index}]")
+        sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+        names = [f"pairs[{i}][{side}]" for i in range(len(pairs)) for side in (0, 1)]
+    elif "source" in body and "target" in body:
+        sources, targets = _strings(body["source"], "source"), _strings(body["target"], "target")
+        if len(sources) != len(targets):
+            raise RequestError(422, f"source has {len(sources)} items, target "
+                                    f"{len(targets)}: give one target per source")
+        names = [f"{key}[{i}]" for i in range(len(sources)) for key in ("source", "target")]
+    else:
+        raise RequestError(422, "pairs (a list of [source, target]), or source and target "
+                                "(two lists of strings): required")
+    sides = [text for pair in zip(sources, targets) for text in pair]
+    for name, text in zip(names, sides):
+        if "\n" in text:
+            raise RequestError(422, f"{name}: holds a line break; send one line per item")
+    check_sizes(sources, limits)
+    check_sizes(targets, limits)
+    tag = body.get("tag")
+    if tag is not None and not isinstance(tag, str):
+        raise RequestError(422, f"tag: expected a string, got {_kind(tag)}")
+    return ScoreRequest(tuple(sources), tuple(targets), tag)
+
+
+def score_answer(scores: list[Any], tag: str | None) -> dict[str, Any]:
+    """{"scores": [{"total", "per_token", "tokens"}], "tag"}: each pair's natural-log
+    probability, that divided by its target tokens with EOS, and that count (a
+    decode.scoring.PairScore each); the tag the sources were given."""
+    return {"scores": [{"total": s.total, "per_token": s.per_token, "tokens": s.tokens}
+                       for s in scores], "tag": tag}

@@ -4,9 +4,10 @@ A translation request is read (bounded), parsed and checked (serve/api.py), meas
 source tokens, and queued in the batcher; its handler then waits for either the result
 or the client going away, whichever comes first. A client that leaves takes its lines out
 of the queue, or, if they are being decoded already, its result is dropped: either way
-no one waits for it. The model runs only in the threads in `Batcher.run()` (the main
-thread and any further workers), never on the event loop. Every error answer is
-`{"error": "one line"}`.
+no one waits for it. A scoring request (`/v1/score`) goes the same way, its pairs
+encoded and checked before they are queued (settings SCORING: batched only with other
+pairs). The model runs only in the threads in `Batcher.run()` (the main thread and any
+further workers), never on the event loop. Every error answer is `{"error": "one line"}`.
 """
 
 from __future__ import annotations
@@ -29,12 +30,16 @@ from starlette.exceptions import HTTPException
 
 from mtkit.config import DecodeConfig
 from mtkit.decode.engine import Engine
+from mtkit.decode.scoring import TooLong, encode_pairs, pair_lengths, score_encoded
 from mtkit.decode.search import Hypothesis
 from mtkit.decode.translate import Translator
+from mtkit.errors import DataError
 from mtkit.report.info import ARCHITECTURE
 from mtkit.serve.api import (
+    SCORE_SCHEMA,
     Limits,
     RequestError,
+    ScoreRequest,
     Translation,
     check_api_key,
     libre_answer,
@@ -44,6 +49,8 @@ from mtkit.serve.api import (
     native_request,
     native_settings,
     parse_json,
+    score_answer,
+    score_request,
 )
 from mtkit.serve.batcher import Batcher, BatcherClosed, QueueFull
 from mtkit.serve.metrics import CONTENT_TYPE, ServeMetrics
@@ -51,7 +58,10 @@ from mtkit.serve.metrics import CONTENT_TYPE, ServeMetrics
 log = logging.getLogger("mtkit")
 
 TRANSLATION_ENDPOINTS = ("/translate", "/v1/translate")
-ENDPOINTS = ("/", "/health", "/languages", "/metrics", "/v1/models", *TRANSLATION_ENDPOINTS)
+ENDPOINTS = ("/", "/health", "/languages", "/metrics", "/v1/models", "/v1/score",
+             *TRANSLATION_ENDPOINTS)
+# the batcher's settings for scoring jobs: batched with each other, never with translations
+SCORING = "score"
 CLIENT_GONE = 499  # nginx's status for a request whose client closed the connection
 
 
@@ -73,6 +83,10 @@ class MeteredEngine:
         self.metrics.count_batch(len(sources))
         return self.engine.search(sources, settings, prefixes, lines)
 
+    def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        self.metrics.count_batch(len(sources))
+        return self.engine.score(sources, targets)
+
 
 @dataclass(frozen=True)
 class SourceLine:
@@ -87,15 +101,18 @@ def source_lines(lines: list[str], prefixes: tuple[str, ...] | None = None) -> l
     return [SourceLine(text, prefixes[i] if prefixes else "", i) for i, text in enumerate(lines)]
 
 
-def decoder(translator: Translator
-            ) -> Callable[[DecodeConfig, list[SourceLine]], list[Translation]]:
+def decoder(translator: Translator) -> Callable[[Any, list[Any]], list[Any]]:
     """The batcher's decode function, called by every model thread: each thread decodes
     with a Translator of its own over the shared engine, set to the settings its step's
     jobs share. Lines of several requests share a batch, prefixes and samples too: each
-    line keeps its request's numbering, so its samples are those it would get alone."""
+    line keeps its request's numbering, so its samples are those it would get alone.
+    Scoring jobs (settings SCORING) bring pairs of ids, encoded and checked already."""
     own = threading.local()
 
-    def decode(settings: DecodeConfig, lines: list[SourceLine]) -> list[Translation]:
+    def decode(settings: Any, lines: list[Any]) -> list[Any]:
+        if settings == SCORING:
+            return score_encoded(translator.engine, [src for src, _ in lines],
+                                 [tgt for _, tgt in lines], translator.max_tokens)
         mine = getattr(own, "translator", None)
         if mine is None:
             mine = own.translator = Translator(translator.engine, settings,
@@ -134,6 +151,22 @@ class Service:
             truncated += len(ids) > limit
             lengths[index] = min(len(ids), limit) + 1  # + EOS
         return lengths, truncated
+
+    def encode_pairs(self, request: ScoreRequest) -> tuple[list[tuple[list[int], list[int]]],
+                                                           str | None]:
+        """(the request's pairs as ids, the tag given to the sources: the request's, or
+        else the server's); 422 for a tag the model lacks or a side over its length."""
+        tag = request.tag if request.tag is not None else self.translator.tag
+        try:
+            tokenizer = self.translator.engine.tokenizer.tagged(tag)
+            src, tgt = encode_pairs(tokenizer, request.sources, request.targets,
+                                    self.translator.max_source)
+        except DataError as exc:
+            raise RequestError(422, str(exc)) from None
+        except TooLong as exc:
+            raise RequestError(422, f"pair {exc.index}: the {exc.side} has {exc.length} "
+                                    f"tokens, the model takes at most {exc.limit}") from None
+        return list(zip(src, tgt)), tag
 
 
 def models_answer(translator: Translator, names: list[str], limits: Limits,
@@ -222,6 +255,18 @@ def build_app(service: Service) -> FastAPI:
             return Response(status_code=CLIENT_GONE)
         return JSONResponse(native_answer(settings, results, parsed.scores, truncated))
 
+    @app.post("/v1/score", summary="Given translations scored: log-probabilities",
+              openapi_extra=_body_schema(SCORE_SCHEMA))
+    async def score(request: Request) -> Response:
+        payload = await _payload(request, service)
+        parsed = score_request(payload, service.limits)
+        pairs, tag = service.encode_pairs(parsed)
+        results = await _queued(request, service, SCORING, pairs,
+                                pair_lengths([s for s, _ in pairs], [t for _, t in pairs]))
+        if results is None:
+            return Response(status_code=CLIENT_GONE)
+        return JSONResponse(score_answer(results, tag))
+
     return app
 
 
@@ -269,6 +314,16 @@ async def _translate(request: Request, service: Service, settings: DecodeConfig,
                      lines: list[SourceLine]) -> tuple[list[Translation] | None, int]:
     """(the lines' results, or None when the client left first; lines truncated)."""
     lengths, truncated = service.source_lengths([line.text for line in lines])
+    results = await _queued(request, service, settings, lines, lengths)
+    if results is not None:
+        service.metrics.count_translated(len(lines), truncated, sum(lengths),
+                                         sum(r.tokens for r in results))
+    return results, truncated
+
+
+async def _queued(request: Request, service: Service, settings: Any, lines: list[Any],
+                  lengths: list[int]) -> list[Any] | None:
+    """The lines' results from the batcher, or None when the client left first."""
     try:
         future = service.batcher.submit(settings, lines, lengths, request.client)
     except QueueFull as exc:
@@ -276,11 +331,7 @@ async def _translate(request: Request, service: Service, settings: DecodeConfig,
             from None
     except BatcherClosed:
         raise RequestError(503, "the server is shutting down", retry_after=1) from None
-    results = await _unless_client_leaves(request, future)
-    if results is not None:
-        service.metrics.count_translated(len(lines), truncated, sum(lengths),
-                                         sum(r.tokens for r in results))
-    return results, truncated
+    return await _unless_client_leaves(request, future)
 
 
 async def _unless_client_leaves(request: Request, future: Future) -> list[Translation] | None:

@@ -1,6 +1,6 @@
 """Request checking and answer shaping of `mtkit serve` (mtkit/serve_api.py), pure: every
 bad body gets its status and a one-line message; good bodies become typed requests; the
-answers have LibreTranslate's and the native shape."""
+answers have LibreTranslate's and the native shape, and /v1/score's."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from mtkit.serve.api import (
     native_request,
     native_settings,
     parse_json,
+    score_answer,
+    score_request,
     split_lines,
 )
 
@@ -241,3 +243,43 @@ def test_native_answers():
     plain = native_answer(settings, results, scores=False, truncated=0)
     assert plain["translations"][0]["hypotheses"] == [{"text": "one"}, {"text": "a one"}]
     json.dumps(answer)  # JSON-ready as it is
+
+
+def test_score_requests_take_pairs_or_parallel_lists():
+    pairs = score_request({"pairs": [["uno", "one"], ["", ""]], "tag": "BT"}, LIMITS)
+    lists = score_request({"source": ["uno", ""], "target": ["one", ""], "tag": "BT"}, LIMITS)
+    assert pairs == lists
+    assert (pairs.sources, pairs.targets, pairs.tag) == (("uno", ""), ("one", ""), "BT")
+    assert score_request({"pairs": []}, LIMITS).tag is None
+
+
+@pytest.mark.parametrize("payload, status, needle", [
+    ({}, 422, "pairs (a list of [source, target]), or source and target"),
+    ({"source": ["a"]}, 422, "or source and target"),
+    ({"pairs": [["a", "b"]], "source": ["a"]}, 422, "not both"),
+    ({"pairs": "a"}, 422, "pairs: expected a list of [source, target], got a string"),
+    ({"pairs": [["a"]]}, 422, "pairs[0]: expected [source, target]"),
+    ({"pairs": [["a", 1]]}, 422, "pairs[0][1]: expected a string, got a number"),
+    ({"pairs": [["a", "b\nc"]]}, 422, "pairs[0][1]: holds a line break"),
+    ({"source": ["a", "b"], "target": ["a"]}, 422, "source has 2 items, target 1"),
+    ({"source": ["a\nb"], "target": ["a"]}, 422, "source[0]: holds a line break"),
+    ({"pairs": [["a", "b"]] * 5}, 413, "5 lines"),
+    ({"pairs": [["a", "x" * 21]]}, 413, "line 1 has 21 characters"),
+    ({"pairs": [], "tag": 3}, 422, "tag: expected a string, got a number"),
+    ({"pairs": [], "tags": "BT"}, 422, "unknown field 'tags'; did you mean 'tag'?"),
+])
+def test_bad_score_bodies(payload, status, needle):
+    found = error(score_request, payload, LIMITS)
+    assert (found.status, needle in found.message) == (status, True), found.message
+
+
+def test_score_answers():
+    from mtkit.decode.scoring import PairScore
+
+    scores = [PairScore((-1.0, -0.5, -1.5)), PairScore((-0.25,))]
+    answer = score_answer(scores, None)
+    assert answer == {"scores": [{"total": -3.0, "per_token": -1.0, "tokens": 3},
+                                 {"total": -0.25, "per_token": -0.25, "tokens": 1}],
+                      "tag": None}
+    assert scores[0].line() == "-3.0000\t-1.0000"
+    json.dumps(answer)

@@ -1,0 +1,29 @@
+"""`mtkit attention` as a user runs it, with the tiny model the session trains: a sentence
+on stdin, a PNG out; --layer out of range and a missing -o are one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from mtkit.report.plot import plot_available
+
+SENTENCE = "En el principio creó Dios los cielos y la tierra.\n"
+
+
+@pytest.mark.skipif(not plot_available(), reason="matplotlib is not installed")
+def test_attention_writes_the_png(tiny_run, tmp_path, mtkit_cli):
+    out = tmp_path / "pictures" / "attention.png"
+    done = mtkit_cli(["attention", "-m", tiny_run.run_dir, "-o", out, "--all"], cwd=tmp_path,
+                     input=SENTENCE)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes().startswith(b"\x89PNG")
+    assert str(out) in done.stderr
+
+
+def test_a_layer_the_model_lacks_is_one_error_line(tiny_run, tmp_path, mtkit_inprocess,
+                                                   expect_error):
+    """(In process: the layer is checked before stdin is read.)"""
+    done = mtkit_inprocess(["attention", "-m", tiny_run.model, "-o", tmp_path / "a.png",
+                            "--layer", "9"], tmp_path)
+    expect_error(done, "--layer 9:", "the model has")
+    assert not (tmp_path / "a.png").exists()
