@@ -60,6 +60,7 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
     tokenizer = bundle.tokenizer()
     model = bundle.model(tokenizer, str(model_path))
     spec = _spec(ctranslate2, model, bundle.recipe)
+    layer = _alignment_layer(spec, bundle.recipe)
     src_pieces, tgt_pieces = _start_from_pad(spec, tokenizer)
     spec.register_source_vocabulary(src_pieces)
     spec.register_target_vocabulary(tgt_pieces)
@@ -77,7 +78,7 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
         if tokenizer.vocab_bytes is not None:
             (partial / VOCAB_FILE).write_bytes(tokenizer.vocab_bytes)
         marker = {"recipe": bundle.recipe.to_dict(), "quantization": quantization,
-                  "exported_from": str(model_path)}
+                  "exported_from": str(model_path), "alignment_layer": layer}
         (partial / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
         replace_dir(partial, out_dir)  # a crash leaves the old export or the new one, never half
     finally:
@@ -124,6 +125,17 @@ def _spec(ctranslate2, model: Transformer, recipe: Recipe):
         _norm(enc.layer_norm, model.enc_norm)
         _norm(dec.layer_norm, model.dec_norm)
     return spec
+
+
+def _alignment_layer(spec, recipe: Recipe) -> int:
+    """Set the decoder layer whose attention CTranslate2 returns (`return_attention`) to
+    the recipe's decode.alignment_layer, every head averaged, as mtkit's engine aligns;
+    returns its index. CTranslate2 fixes both when it loads the model."""
+    layer = recipe.decode.alignment_index(recipe.model.dec_layers)
+    assert layer is not None  # the recipe's check holds it to the decoder
+    spec.decoder.alignment_layer = np.int16(layer)
+    spec.decoder.alignment_heads = np.int16(recipe.model.heads)
+    return layer
 
 
 def _start_from_pad(spec, tokenizer: Tokenizer) -> tuple[list[str], list[str]]:
@@ -226,6 +238,7 @@ class CTranslate2Engine:
         self.translator_for(1)
         self.tokenizer = load_exported_tokenizer(model_dir)
         self.recipe = load_exported_recipe(model_dir)
+        self.alignment_layer = load_exported_marker(model_dir).get("alignment_layer")
         self.max_source = self.recipe.model.max_positions - 1
         self.src_pieces = self.tokenizer.pieces("src")
         self.tgt_pieces = self.tokenizer.pieces("tgt")
@@ -270,6 +283,28 @@ class CTranslate2Engine:
         extra = self._prefix_logprobs(tokens, forced) if forced else [0.0] * len(sources)
         return [self._hypotheses(hyps, lenpen, cap, lp, ranked=opts.sampling.kind == "none")
                 for hyps, lp in zip(found, extra, strict=True)]
+
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]],
+                        layer: int) -> list[torch.Tensor]:
+        """Each target forced as a prefix, one CTranslate2 search step per token, with the
+        attention of the layer and heads the export fixed (`_alignment_layer`): of the step
+        that emits the token, over the source without its EOS, as mtkit's engine gives it."""
+        exported = self.alignment_layer
+        if exported is None or layer != exported:
+            why = ("was exported before mtkit set alignments up: export it again"
+                   if exported is None else f"aligns with decoder layer {exported}, fixed when "
+                   "it was exported (decode.alignment_layer of the model's recipe)")
+            raise ConfigError(f"{self.model_dir}: this CTranslate2 model {why}; or use "
+                              "--engine torch with the mtkit model file")
+        tokens = [[self.src_pieces[i] for i in ids] for ids in sources]
+        forced = [[self.tgt_pieces[i] for i in ids] for ids in targets]
+        # one cap for the batch: a shorter target's search goes on after it, unread
+        results = self.translator_for(len(sources)).translate_batch(
+            tokens, target_prefix=forced, beam_size=1, return_attention=True,
+            max_decoding_length=max(len(t) for t in targets), min_decoding_length=0,
+            max_batch_size=0)
+        return [torch.tensor(np.asarray(r.attention[0], dtype=np.float32)[: len(t)])
+                for r, t in zip(results, targets, strict=True)]
 
     def _hypotheses(self, found: list[tuple[list[str], float]], lenpen: float, cap: int,
                     prefix_logprob: float, ranked: bool) -> list[Hypothesis]:
@@ -327,12 +362,18 @@ class CTranslate2Engine:
         return [hyps * (opts.nbest // draws) for hyps in found]
 
 
-def load_exported_recipe(model_dir: Path) -> Recipe:
+def load_exported_marker(model_dir: Path) -> dict:
     try:
         marker = json.loads((model_dir / MARKER).read_text(encoding="utf-8"))
-        return recipe_from_dict(marker["recipe"], where=str(model_dir))
-    except (OSError, json.JSONDecodeError, KeyError):
-        raise CheckpointError(f"{model_dir}: not an mtkit CTranslate2 export") from None
+    except (OSError, json.JSONDecodeError):
+        marker = None
+    if not isinstance(marker, dict) or "recipe" not in marker:
+        raise CheckpointError(f"{model_dir}: not an mtkit CTranslate2 export")
+    return marker
+
+
+def load_exported_recipe(model_dir: Path) -> Recipe:
+    return recipe_from_dict(load_exported_marker(model_dir)["recipe"], where=str(model_dir))
 
 
 def load_exported_tokenizer(model_dir: Path) -> Tokenizer:

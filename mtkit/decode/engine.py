@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.data.tokenizer import Tokenizer
 from mtkit.decode import ct2
-from mtkit.decode.forced import pad_sources
+from mtkit.decode.forced import forced_pass, pad_sources
 from mtkit.decode.prefix import ForcedPrefix
 from mtkit.decode.sampling import Draw, sample_search
 from mtkit.decode.search import STOP_RULES, Hypothesis, beam_search, greedy_search
@@ -46,6 +46,13 @@ class Engine(Protocol):
         the engine draws them). `prefixes`: target ids each hypothesis starts with (empty:
         none); `lines`: each source's number in its input, which keys its samples' random
         streams where the engine can (default: 0, 1, ...)."""
+
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]],
+                        layer: int) -> list[Tensor]:
+        """One teacher-forced pass of each (source, target) pair of ids (non-empty, without
+        EOS): decoder layer `layer`'s attention over the source, heads averaged, (T, S):
+        row t from the decoder position that predicts target token t, columns the source
+        tokens (EOS rows and columns left out). For word alignments (align.py)."""
 
 
 class TorchEngine:
@@ -121,6 +128,11 @@ class TorchEngine:
             max_len_a=s.max_len_a, max_len_b=s.max_len_b, use_cache=self.use_cache,
             stop=s.stop, specials=specials, prefix=prefix,
         )
+
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]],
+                        layer: int) -> list[Tensor]:
+        forced = forced_pass(self.models, sources, targets, self.tokenizer.specials, [layer])
+        return [pair.attention[0, :-1, :-1] for pair in forced]  # type: ignore[index]
 
 
 class InferenceModel:
