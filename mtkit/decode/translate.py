@@ -72,6 +72,7 @@ class Translator:
         translator = Translator.load("runs/demo", beam=5)   # or a model file
         translator.translate(["Hola.", "¿Qué tal?"])  # -> two English lines
         translator.translate("Hola.")                 # -> one English string
+        translator.translate_aligned("Hola.")         # -> Aligned(text, links to the source)
 
     `tag`: a corpus tag the model was trained with, put before every source line.
     """
