@@ -140,6 +140,7 @@ def export(
         help="int8, int8_float32 or float32 weights."
     ),
     old_quantization: str | None = typer.Option(None, "--quantization", hidden=True),
+    alignment_layer: int | None = AlignmentLayerOpt,
     force: bool = typer.Option(False, "--force", help="Replace an existing directory."),
 ) -> None:
     """Export a model for CTranslate2 (needs the extra: pip install 'mtkit[ct2]')."""
@@ -148,7 +149,7 @@ def export(
     quantization = one_of("--quantize", quantize, "--quantization", old_quantization) or "int8"
     if fmt != "ctranslate2":
         raise ConfigError(f"--format {fmt}: expected ctranslate2")
-    ct2.export(model, output, quantization, force)
+    ct2.export(model, output, quantization, force, alignment_layer)
     log.info("exported %s to %s (%s)", model, output, quantization)
 
 

@@ -8,6 +8,7 @@ quantise, save. The directory also holds the SentencePiece model(s) and the reci
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mtkit.config import DecodeConfig, Recipe, recipe_from_dict
+from mtkit.config import DecodeConfig, Recipe, recipe_from_dict, replace_checked
 from mtkit.data.tokenizer import VOCAB_FILE, Tokenizer
 from mtkit.decode.search import Hypothesis
 from mtkit.errors import CheckpointError, ConfigError
@@ -48,8 +49,11 @@ def is_exported_model(path: Path) -> bool:
 # --------------------------------------------------------------------------- export
 
 
-def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: bool = False):
-    """Write a CTranslate2 model directory for the mtkit model bundle at model_path."""
+def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: bool = False,
+           alignment_layer: int | None = None):
+    """Write a CTranslate2 model directory for the mtkit model bundle at model_path.
+    `alignment_layer`: the decoder layer word alignments read (None: the recipe's
+    decode.alignment_layer); the export fixes it, and its recipe says so."""
     if quantization not in QUANTIZATIONS:
         raise ConfigError(f"--quantization {quantization}: expected one of "
                           f"{', '.join(QUANTIZATIONS)}")
@@ -57,10 +61,11 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
         raise ConfigError(f"{out_dir}: already exists; use --force to replace it")
     ctranslate2 = _ctranslate2()
     bundle = load_checkpoint(model_path)
+    recipe = _with_alignment_layer(bundle.recipe, alignment_layer)
     tokenizer = bundle.tokenizer()
     model = bundle.model(tokenizer, str(model_path))
-    spec = _spec(ctranslate2, model, bundle.recipe)
-    layer = _alignment_layer(spec, bundle.recipe)
+    spec = _spec(ctranslate2, model, recipe)
+    layer = _alignment_layer(spec, recipe)
     src_pieces, tgt_pieces = _start_from_pad(spec, tokenizer)
     spec.register_source_vocabulary(src_pieces)
     spec.register_target_vocabulary(tgt_pieces)
@@ -77,7 +82,7 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
             (partial / "spm.tgt.model").write_bytes(tokenizer.tgt_bytes)
         if tokenizer.vocab_bytes is not None:
             (partial / VOCAB_FILE).write_bytes(tokenizer.vocab_bytes)
-        marker = {"recipe": bundle.recipe.to_dict(), "quantization": quantization,
+        marker = {"recipe": recipe.to_dict(), "quantization": quantization,
                   "exported_from": str(model_path), "alignment_layer": layer}
         (partial / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
         replace_dir(partial, out_dir)  # a crash leaves the old export or the new one, never half
@@ -125,6 +130,18 @@ def _spec(ctranslate2, model: Transformer, recipe: Recipe):
         _norm(enc.layer_norm, model.enc_norm)
         _norm(dec.layer_norm, model.dec_norm)
     return spec
+
+
+def _with_alignment_layer(recipe: Recipe, layer: int | None) -> Recipe:
+    if layer is None:
+        return recipe
+    flag = {"alignment_layer": "--alignment-layer"}
+    decode = replace_checked(recipe.decode, {"alignment_layer": layer}, flag)
+    depth = recipe.model.dec_layers
+    if decode.alignment_index(depth) is None:
+        raise ConfigError(decode.alignment_layer_error(depth).replace(
+            "decode.alignment_layer", flag["alignment_layer"]))
+    return dataclasses.replace(recipe, decode=decode)
 
 
 def _alignment_layer(spec, recipe: Recipe) -> int:

@@ -66,3 +66,10 @@ def test_ctranslate2_links_are_torchs(reverse_model, tmp_path):
     with pytest.raises(ConfigError, match="aligns with decoder layer 0, fixed when it was "
                                           "exported"):
         other.align(lines, found)
+    ct2.export(model, tmp_path / "last", "float32", alignment_layer=-1)
+    last = ct2.CTranslate2Engine(tmp_path / "last", "cpu", threads=1)
+    assert (last.alignment_layer, last.recipe.decode.alignment_layer) == (1, -1)
+    ours.settings = replace(ours.settings, alignment_layer=-1)
+    assert Translator(last, ours.settings).align(lines, found) == ours.align(lines, found)
+    with pytest.raises(ConfigError, match="--alignment-layer 2: the model's decoder has 2"):
+        ct2.export(model, tmp_path / "bad", "float32", alignment_layer=2)
