@@ -9,6 +9,7 @@ which one they hold. `load_engine` picks one for the files `translate -m` is giv
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -83,6 +84,7 @@ class TorchEngine:
         self.device = torch.device(device)
         self.use_cache = use_cache  # False recomputes every prefix: the benchmarks' reference
         self.max_source = min(m.max_positions for m in self.models) - 1  # room for EOS
+        self._forcing = threading.Lock()  # see cross_attention
 
     @classmethod
     def from_bundles(cls, bundles: Sequence[Bundle], names: Sequence[str],
@@ -131,7 +133,11 @@ class TorchEngine:
 
     def cross_attention(self, sources: list[list[int]], targets: list[list[int]],
                         layer: int) -> list[Tensor]:
-        forced = forced_pass(self.models, sources, targets, self.tokenizer.specials, [layer])
+        # One pass at a time: forced_pass catches the attention's input with hooks on the
+        # shared modules, which would also catch another thread's (serve --workers)
+        with self._forcing:
+            forced = forced_pass(self.models, sources, targets, self.tokenizer.specials,
+                                 [layer])
         return [pair.attention[0, :-1, :-1] for pair in forced]  # type: ignore[index]
 
 
