@@ -66,6 +66,11 @@ SeedOpt = typer.Option(
     None, "--seed", metavar="N", show_default=FROM_MODEL,
     help="Sampling: the random seed; the same seed repeats the same samples.",
 )
+AlignmentLayerOpt = typer.Option(
+    None, "--alignment-layer", metavar="N", show_default=FROM_MODEL,
+    help="Word alignments: the decoder layer whose cross-attention links the words, from 0 "
+    "or negative from the end (-2: the penultimate, or the only layer of one).",
+)
 TagOpt = typer.Option(
     None, "--tag", metavar="NAME",
     help="Start each line with this corpus tag, as training did for the corpus with "

@@ -11,6 +11,7 @@ from typing import NoReturn
 import typer
 
 from mtkit.cli.options import (
+    AlignmentLayerOpt,
     BeamOpt,
     DeviceOpt,
     EngineOpt,
@@ -70,6 +71,13 @@ def translate(
     prefix: Path | None = typer.Option(
         None, "--prefix", metavar="FILE", help="One target prefix per input line (an empty "
         "line: none): each translation starts with it and goes on from there."),
+    alignments: bool = typer.Option(
+        False, "--alignments", help="Append TAB + word alignments: Pharaoh links i-j "
+        "(source word i, output word j, from 0), every output word linked."),
+    alignment_unit: str | None = typer.Option(
+        None, "--alignment-unit", metavar="UNIT", show_default="word",
+        help="--alignments between whitespace words (word) or the model's pieces (subword)."),
+    alignment_layer: int | None = AlignmentLayerOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
     threads: int = TranslateThreadsOpt,
@@ -92,13 +100,16 @@ def translate(
     from mtkit.decode.job import TranslateJob, translate_job
     from mtkit.decode.shard import Shard
 
+    if alignment_unit is not None and not alignments:
+        raise ConfigError("--alignment-unit: give --alignments too")
     job = TranslateJob(
         models=tuple(models), input_file=input_file, output_file=output_file,
         shard=Shard.parse(shard) if shard is not None else None,
         decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,
-                             temperature, seed),
+                             temperature, seed, alignment_layer),
         max_tokens=max_tokens, device=device, threads=threads, quantize=quantize,
         engine=engine, tag=tag, scores=scores, quiet=quiet, prefix_file=prefix,
+        alignments=(alignment_unit or "word") if alignments else None,
     )
     try:
         stats = translate_job(job)
@@ -159,6 +170,7 @@ def export(
         help="int8, int8_float32 or float32 weights."
     ),
     old_quantization: str | None = typer.Option(None, "--quantization", hidden=True),
+    alignment_layer: int | None = AlignmentLayerOpt,
     force: bool = typer.Option(False, "--force", help="Replace an existing directory."),
 ) -> None:
     """Export a model for CTranslate2 (needs the extra: pip install 'mtkit[ct2]')."""
@@ -167,7 +179,7 @@ def export(
     quantization = one_of("--quantize", quantize, "--quantization", old_quantization) or "int8"
     if fmt != "ctranslate2":
         raise ConfigError(f"--format {fmt}: expected ctranslate2")
-    ct2.export(model, output, quantization, force)
+    ct2.export(model, output, quantization, force, alignment_layer)
     log.info("exported %s to %s (%s)", model, output, quantization)
 
 
@@ -186,6 +198,7 @@ def serve(
     sampling: str | None = SamplingOpt,
     temperature: float | None = TemperatureOpt,
     seed: int | None = SeedOpt,
+    alignment_layer: int | None = AlignmentLayerOpt,
     tag: str | None = TagOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
@@ -223,7 +236,7 @@ def serve(
     serve_forever(ServeOptions(
         models=tuple(models), host=host, port=port,
         decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,
-                             temperature, seed), tag=tag,
+                             temperature, seed, alignment_layer), tag=tag,
         quantize=quantize,
         device=device, threads=threads, workers=workers, processes=processes, engine=engine,
         max_tokens=max_tokens, batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,

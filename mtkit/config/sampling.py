@@ -46,11 +46,12 @@ class Sampling:
 
 
 SAMPLING_KEYS = ("sampling", "temperature", "seed")  # the decode keys only sampling reads
+UNSCORED_KEYS = ("alignment_layer",)  # decode keys that change no translation
 
 
 def decode_stamp(decode: dict, sampling: Sampling) -> dict:
-    """A decode section as an up-to-date check compares it: without the sampling keys
-    when it does not sample (they change nothing then, and older stamps lack them)."""
-    if sampling.kind != "none":
-        return decode
-    return {key: value for key, value in decode.items() if key not in SAMPLING_KEYS}
+    """A decode section as an up-to-date check compares it: without the keys that change
+    no translation, and without the sampling keys when it does not sample (they change
+    nothing then); older stamps lack both."""
+    unused = UNSCORED_KEYS + (SAMPLING_KEYS if sampling.kind == "none" else ())
+    return {key: value for key, value in decode.items() if key not in unused}

@@ -359,6 +359,10 @@ class DecodeConfig:
     seed: int = field(default=0, metadata=between(0, 2**32 - 1, doc=(
         "sampling: each line's samples come from random streams seeded by this, the line's "
         "number in its input and the sample's, so a rerun repeats them")))
+    alignment_layer: int = field(default=-2, metadata=between(-64, 63, doc=(
+        "word alignments (translate --alignments): the decoder layer whose cross-attention "
+        "links output words to source words, from 0, or negative from the end (-1: the "
+        "last); the default -2, the penultimate, is the only layer of a one-layer decoder")))
     tune_beam: tuple[int, ...] = field(default=(), metadata=between(
         1, 1000, doc="when set, the eval stage tries every beam x lenpen on the dev set and "
         "decodes the test sets with the best; beam fills in for an empty list"))
@@ -374,6 +378,20 @@ class DecodeConfig:
             raise ValueError(
                 f"decode.nbest ({self.nbest}) must not exceed decode.beam ({self.beam})"
             )
+
+    def alignment_index(self, depth: int) -> int | None:
+        """The index of decoder layer `alignment_layer` (negative: from the end) in a
+        decoder of `depth` layers, None when it has no such layer. The penultimate (-2) of a
+        one-layer decoder is its only layer, so that the default suits every model."""
+        layer = self.alignment_layer
+        if layer == -2 and depth == 1:
+            return 0
+        return layer % depth if -depth <= layer < depth else None
+
+    def alignment_layer_error(self, depth: int) -> str:
+        return (f"decode.alignment_layer {self.alignment_layer}: the model's decoder has "
+                f"{depth} layer{'s' * (depth > 1)}; give 0..{depth - 1}, or -1..-{depth} "
+                "from the end")
 
 
 # --------------------------------------------------------------------------- the recipe
@@ -394,6 +412,8 @@ class Recipe:
     inherited: tuple[str, ...] = field(default=(), metadata={"internal": True})
 
     def check(self) -> None:
+        if self.decode.alignment_index(self.model.dec_layers) is None:
+            raise ValueError(self.decode.alignment_layer_error(self.model.dec_layers))
         if self.tokenizer.kind == "vocab" and (self.tokenizer.model is not None or (
                 self.data.train and self.train.init_from is None)):
             raise ValueError("tokenizer.kind: vocab is an imported model's vocabulary: "

@@ -293,12 +293,20 @@ class Tokenizer:
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Ids to text; special ids (< 4: pad, unk, bos, eos) are left out."""
+        return self._decode(self._tgt, "tgt", ids)
+
+    def decode_src(self, ids: list[list[int]]) -> list[str]:
+        """Source ids to text, as decode_tgt (word alignments map source pieces to words)."""
+        return self._decode(self._src, "src", ids)
+
+    def _decode(self, proc: spm.SentencePieceProcessor, side: str, ids: list[list[int]]
+                ) -> list[str]:
         if self.vocab is not None:
-            return [self.vocab.decode(self._tgt, seq) for seq in ids]
+            return [self.vocab.decode(proc, seq, side) for seq in ids]
         clean = [[int(i) for i in seq if i >= NUM_SPECIALS] for seq in ids]
         if len(clean) < FEW_LINES:
-            return [self._tgt.decode(seq) for seq in clean]
-        return self._tgt.decode(clean, num_threads=self._spm_threads())
+            return [proc.decode(seq) for seq in clean]
+        return proc.decode(clean, num_threads=self._spm_threads())
 
     def pieces(self, side: str) -> list[str]:
         """The vocabulary of one side ("src" or "tgt"), piece by id."""

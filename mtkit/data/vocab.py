@@ -115,9 +115,10 @@ class Vocabulary:
         index, unk = self._index[side], self.specials.unk
         return [index.get(proc.id_to_piece(i), unk) for i in range(proc.vocab_size())]
 
-    def decode(self, proc: spm.SentencePieceProcessor, ids: Sequence[int]) -> str:
-        """Target ids -> text: the pieces without the special ids, through SentencePiece."""
-        pieces, s = self.pieces("tgt"), self.specials
+    def decode(self, proc: spm.SentencePieceProcessor, ids: Sequence[int],
+               side: str = "tgt") -> str:
+        """Ids -> text: the pieces without the special ids, through SentencePiece."""
+        pieces, s = self.pieces(side), self.specials
         skip = {s.pad, s.unk, s.eos, s.start}
         return proc.decode_pieces([pieces[i] for i in ids if i not in skip and i < len(pieces)])
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 # translate's options for the decode settings, so that errors name what the user typed
 OPTION_NAMES = {"beam": "--beam", "lenpen": "--lenpen", "stop": "--stop", "nbest": "--nbest",
                 "max_len_a": "--max-len-a", "max_len_b": "--max-len-b",
-                "sampling": "--sampling", "temperature": "--temperature", "seed": "--seed"}
+                "sampling": "--sampling", "temperature": "--temperature", "seed": "--seed",
+                "alignment_layer": "--alignment-layer"}
 
 
 @dataclass(frozen=True)
@@ -25,3 +26,4 @@ class DecodeChoices:
     sampling: str | None = None  # none, full, topk:K or topp:P (checked by DecodeConfig)
     temperature: float | None = None
     seed: int | None = None
+    alignment_layer: int | None = None  # the decoder layer word alignments read

@@ -8,6 +8,7 @@ quantise, save. The directory also holds the SentencePiece model(s) and the reci
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mtkit.config import DecodeConfig, Recipe, recipe_from_dict
+from mtkit.config import DecodeConfig, Recipe, recipe_from_dict, replace_checked
 from mtkit.data.tokenizer import VOCAB_FILE, Tokenizer
 from mtkit.decode.search import Hypothesis
 from mtkit.errors import CheckpointError, ConfigError
@@ -48,8 +49,11 @@ def is_exported_model(path: Path) -> bool:
 # --------------------------------------------------------------------------- export
 
 
-def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: bool = False):
-    """Write a CTranslate2 model directory for the mtkit model bundle at model_path."""
+def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: bool = False,
+           alignment_layer: int | None = None):
+    """Write a CTranslate2 model directory for the mtkit model bundle at model_path.
+    `alignment_layer`: the decoder layer word alignments read (None: the recipe's
+    decode.alignment_layer); the export fixes it, and its recipe says so."""
     if quantization not in QUANTIZATIONS:
         raise ConfigError(f"--quantization {quantization}: expected one of "
                           f"{', '.join(QUANTIZATIONS)}")
@@ -57,9 +61,11 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
         raise ConfigError(f"{out_dir}: already exists; use --force to replace it")
     ctranslate2 = _ctranslate2()
     bundle = load_checkpoint(model_path)
+    recipe = _with_alignment_layer(bundle.recipe, alignment_layer)
     tokenizer = bundle.tokenizer()
     model = bundle.model(tokenizer, str(model_path))
-    spec = _spec(ctranslate2, model, bundle.recipe)
+    spec = _spec(ctranslate2, model, recipe)
+    layer = _alignment_layer(spec, recipe)
     src_pieces, tgt_pieces = _start_from_pad(spec, tokenizer)
     spec.register_source_vocabulary(src_pieces)
     spec.register_target_vocabulary(tgt_pieces)
@@ -76,8 +82,8 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
             (partial / "spm.tgt.model").write_bytes(tokenizer.tgt_bytes)
         if tokenizer.vocab_bytes is not None:
             (partial / VOCAB_FILE).write_bytes(tokenizer.vocab_bytes)
-        marker = {"recipe": bundle.recipe.to_dict(), "quantization": quantization,
-                  "exported_from": str(model_path)}
+        marker = {"recipe": recipe.to_dict(), "quantization": quantization,
+                  "exported_from": str(model_path), "alignment_layer": layer}
         (partial / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
         replace_dir(partial, out_dir)  # a crash leaves the old export or the new one, never half
     finally:
@@ -124,6 +130,29 @@ def _spec(ctranslate2, model: Transformer, recipe: Recipe):
         _norm(enc.layer_norm, model.enc_norm)
         _norm(dec.layer_norm, model.dec_norm)
     return spec
+
+
+def _with_alignment_layer(recipe: Recipe, layer: int | None) -> Recipe:
+    if layer is None:
+        return recipe
+    flag = {"alignment_layer": "--alignment-layer"}
+    decode = replace_checked(recipe.decode, {"alignment_layer": layer}, flag)
+    depth = recipe.model.dec_layers
+    if decode.alignment_index(depth) is None:
+        raise ConfigError(decode.alignment_layer_error(depth).replace(
+            "decode.alignment_layer", flag["alignment_layer"]))
+    return dataclasses.replace(recipe, decode=decode)
+
+
+def _alignment_layer(spec, recipe: Recipe) -> int:
+    """Set the decoder layer whose attention CTranslate2 returns (`return_attention`) to
+    the recipe's decode.alignment_layer, every head averaged, as mtkit's engine aligns;
+    returns its index. CTranslate2 fixes both when it loads the model."""
+    layer = recipe.decode.alignment_index(recipe.model.dec_layers)
+    assert layer is not None  # the recipe's check holds it to the decoder
+    spec.decoder.alignment_layer = np.int16(layer)
+    spec.decoder.alignment_heads = np.int16(recipe.model.heads)
+    return layer
 
 
 def _start_from_pad(spec, tokenizer: Tokenizer) -> tuple[list[str], list[str]]:
@@ -226,6 +255,7 @@ class CTranslate2Engine:
         self.translator_for(1)
         self.tokenizer = load_exported_tokenizer(model_dir)
         self.recipe = load_exported_recipe(model_dir)
+        self.alignment_layer = load_exported_marker(model_dir).get("alignment_layer")
         self.max_source = self.recipe.model.max_positions - 1
         self.src_pieces = self.tokenizer.pieces("src")
         self.tgt_pieces = self.tokenizer.pieces("tgt")
@@ -270,6 +300,28 @@ class CTranslate2Engine:
         extra = self._prefix_logprobs(tokens, forced) if forced else [0.0] * len(sources)
         return [self._hypotheses(hyps, lenpen, cap, lp, ranked=opts.sampling.kind == "none")
                 for hyps, lp in zip(found, extra, strict=True)]
+
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]],
+                        layer: int) -> list[torch.Tensor]:
+        """Each target forced as a prefix, one CTranslate2 search step per token, with the
+        attention of the layer and heads the export fixed (`_alignment_layer`): of the step
+        that emits the token, over the source without its EOS, as mtkit's engine gives it."""
+        exported = self.alignment_layer
+        if exported is None or layer != exported:
+            why = ("was exported before mtkit set alignments up: export it again"
+                   if exported is None else f"aligns with decoder layer {exported}, fixed when "
+                   "it was exported (decode.alignment_layer of the model's recipe)")
+            raise ConfigError(f"{self.model_dir}: this CTranslate2 model {why}; or use "
+                              "--engine torch with the mtkit model file")
+        tokens = [[self.src_pieces[i] for i in ids] for ids in sources]
+        forced = [[self.tgt_pieces[i] for i in ids] for ids in targets]
+        # one cap for the batch: a shorter target's search goes on after it, unread
+        results = self.translator_for(len(sources)).translate_batch(
+            tokens, target_prefix=forced, beam_size=1, return_attention=True,
+            max_decoding_length=max(len(t) for t in targets), min_decoding_length=0,
+            max_batch_size=0)
+        return [torch.tensor(np.asarray(r.attention[0], dtype=np.float32)[: len(t)])
+                for r, t in zip(results, targets, strict=True)]
 
     def _hypotheses(self, found: list[tuple[list[str], float]], lenpen: float, cap: int,
                     prefix_logprob: float, ranked: bool) -> list[Hypothesis]:
@@ -340,12 +392,18 @@ class CTranslate2Engine:
         return [hyps * (opts.nbest // draws) for hyps in found]
 
 
-def load_exported_recipe(model_dir: Path) -> Recipe:
+def load_exported_marker(model_dir: Path) -> dict:
     try:
         marker = json.loads((model_dir / MARKER).read_text(encoding="utf-8"))
-        return recipe_from_dict(marker["recipe"], where=str(model_dir))
-    except (OSError, json.JSONDecodeError, KeyError):
-        raise CheckpointError(f"{model_dir}: not an mtkit CTranslate2 export") from None
+    except (OSError, json.JSONDecodeError):
+        marker = None
+    if not isinstance(marker, dict) or "recipe" not in marker:
+        raise CheckpointError(f"{model_dir}: not an mtkit CTranslate2 export")
+    return marker
+
+
+def load_exported_recipe(model_dir: Path) -> Recipe:
+    return recipe_from_dict(load_exported_marker(model_dir)["recipe"], where=str(model_dir))
 
 
 def load_exported_tokenizer(model_dir: Path) -> Tokenizer:

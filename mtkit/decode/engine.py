@@ -9,6 +9,7 @@ which one they hold. `load_engine` picks one for the files `translate -m` is giv
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -52,6 +53,13 @@ class Engine(Protocol):
         EOS) after its source, then of EOS: len(target) + 1 values per pair. Every pair
         fits the model (source and target at most `max_source` tokens)."""
 
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]],
+                        layer: int) -> list[Tensor]:
+        """One teacher-forced pass of each (source, target) pair of ids (non-empty, without
+        EOS): decoder layer `layer`'s attention over the source, heads averaged, (T, S):
+        row t from the decoder position that predicts target token t, columns the source
+        tokens (EOS rows and columns left out). For word alignments (align.py)."""
+
 
 class TorchEngine:
     """mtkit's models (an ensemble if several, sharing one vocabulary) and search.
@@ -81,6 +89,7 @@ class TorchEngine:
         self.device = torch.device(device)
         self.use_cache = use_cache  # False recomputes every prefix: the benchmarks' reference
         self.max_source = min(m.max_positions for m in self.models) - 1  # room for EOS
+        self._forcing = threading.Lock()  # one forced pass at a time: see cross_attention
 
     @classmethod
     def from_bundles(cls, bundles: Sequence[Bundle], names: Sequence[str],
@@ -128,9 +137,20 @@ class TorchEngine:
         )
 
     def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
-        # the whole target in one teacher-forced pass (an ensemble: as the search averages)
-        forced = forced_pass(self.models, sources, targets, self.tokenizer.specials)
+        # the whole target in one teacher-forced pass (an ensemble: as the search averages);
+        # under the lock, or an alignment pass's hooks would catch this pass's input too
+        with self._forcing:
+            forced = forced_pass(self.models, sources, targets, self.tokenizer.specials)
         return [pair.token_logprobs.tolist() for pair in forced]
+
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]],
+                        layer: int) -> list[Tensor]:
+        # One forced pass at a time: forced_pass catches the attention's input with hooks
+        # on the shared modules, which would also catch another thread's (serve --workers)
+        with self._forcing:
+            forced = forced_pass(self.models, sources, targets, self.tokenizer.specials,
+                                 [layer])
+        return [pair.attention[0, :-1, :-1] for pair in forced]  # type: ignore[index]
 
 
 class InferenceModel:

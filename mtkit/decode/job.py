@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from mtkit.decode.align import UNITS
 from mtkit.decode.choices import OPTION_NAMES, DecodeChoices
 from mtkit.decode.shard import Shard, line_range, receive_shares, send_share
 from mtkit.decode.translate import (
@@ -50,12 +51,15 @@ class TranslateJob:
     scores: bool = False  # append TAB + score to every output line
     quiet: bool = False  # no progress bar
     prefix_file: Path | None = None  # one target prefix per input line ("" for none)
+    alignments: str | None = None  # word or subword: append each line's links; None: none
 
 
 def translate_job(job: TranslateJob) -> Stats | None:
     """Run the job; the whole job's Stats in the process that wrote the output, None in
     the other ranks of a torchrun job. A closed stdout raises BrokenPipeError."""
     shard = _checked_shard(job)
+    if job.alignments is not None and job.alignments not in UNITS:
+        raise ConfigError(f"--alignment-unit {job.alignments}: expected {' or '.join(UNITS)}")
     prefixes = read_prefixes(job.prefix_file, job.input_file)  # before the model: errors first
     device = str(dist.setup(job.device, timeout_s=600, threads=job.threads))
     if dist.launched():
@@ -135,7 +139,7 @@ def _translate_shares(job: TranslateJob, translator: Translator, in_fd: int,
             translator, in_fd, out, scores=job.scores, total_lines=total, progress=bar,
             first_line=lines.first if lines is not None else 0,
             byte_limit=lines.end - lines.start if lines is not None else None,
-            prefixes=prefixes,
+            prefixes=prefixes, alignments=job.alignments,
         )
 
     def write_all(out: BinaryIO) -> None:

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, overload
 
 from mtkit.config import DecodeConfig, replace_checked
 from mtkit.data.batching import token_batches
+from mtkit.decode.align import UNITS, Aligned, Links, align, pharaoh
 from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
 from mtkit.decode.scoring import PairScore, TooLong, encode_pairs, score_encoded
@@ -72,6 +73,7 @@ class Translator:
         translator = Translator.load("runs/demo", beam=5)   # or a model file
         translator.translate(["Hola.", "¿Qué tal?"])  # -> two English lines
         translator.translate("Hola.")                 # -> one English string
+        translator.translate_aligned("Hola.")         # -> Aligned(text, links to the source)
 
     `tag`: a corpus tag the model was trained with, put before every source line.
     """
@@ -119,6 +121,11 @@ class Translator:
             raise ConfigError(f"Translator.load: unknown decode setting(s) {', '.join(unknown)}")
         where = "command line" if option_names else "Translator.load"
         settings = replace_checked(loaded.recipe.decode, decode, option_names, where=where)
+        depth = loaded.recipe.model.dec_layers
+        if settings.alignment_index(depth) is None:  # given here: the recipe's was checked
+            flag = (option_names or {}).get("alignment_layer", "alignment_layer")
+            raise ConfigError(settings.alignment_layer_error(depth).replace(
+                "decode.alignment_layer", flag))
         if decode.get("stop") is not None and settings.stop not in loaded.stop_rules:
             flag = (option_names or {}).get("stop", "stop")
             raise ConfigError(f"{flag} {settings.stop}: this engine stops only "
@@ -139,6 +146,48 @@ class Translator:
         if isinstance(lines, str):
             return self.translate([lines], None if prefixes is None else [prefixes])[0]
         return self.texts([hyps[0] for hyps in self.search(lines, prefixes=prefixes)])
+
+    @overload
+    def translate_aligned(self, lines: str, unit: str = "word",
+                          prefixes: str | None = None) -> Aligned: ...
+    @overload
+    def translate_aligned(self, lines: Sequence[str], unit: str = "word",
+                          prefixes: Sequence[str] | None = None) -> list[Aligned]: ...
+
+    def translate_aligned(self, lines: str | Sequence[str], unit: str = "word",
+                          prefixes: str | Sequence[str] | None = None
+                          ) -> Aligned | list[Aligned]:
+        """As `translate`, each translation with its links to the source (`align`)."""
+        if isinstance(lines, str):
+            return self.translate_aligned([lines], unit,
+                                          None if prefixes is None else [prefixes])[0]
+        found = self.search(lines, prefixes=prefixes)
+        links = self.align(lines, found, unit)
+        return [Aligned(text, line_links[0]) for text, line_links in
+                zip(self.texts([hyps[0] for hyps in found]), links, strict=True)]
+
+    def align(self, lines: Sequence[str], found: list[list[Hypothesis]], unit: str = "word"
+              ) -> list[list[Links]]:
+        """The links of every hypothesis `search` found for `lines`, from one teacher-forced
+        pass over each (align.py): (i, j) pairs, i counting the source line's whitespace
+        words (unit "word") or its pieces ("subword"; a tag excluded), j the hypothesis's;
+        every output word gets at least one. An empty line or hypothesis has none."""
+        if unit not in UNITS:
+            raise ConfigError(f"alignment unit {unit}: expected {' or '.join(UNITS)}")
+        depth = self.engine.recipe.model.dec_layers
+        layer = self.settings.alignment_index(depth)
+        if layer is None:
+            raise ConfigError(self.settings.alignment_layer_error(depth))
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+        encoded = self.tokenizer.encode_src([lines[i] for i in todo]) if todo else []
+        pairs = [(i, k) for i in todo for k in range(len(found[i]))]
+        sources = dict(zip(todo, (ids[: self.max_source] for ids in encoded)))
+        links = align(self.engine.cross_attention, self.tokenizer, [sources[i] for i, _ in pairs],
+                      [found[i][k].tokens for i, k in pairs], layer, unit, self.max_tokens)
+        out: list[list[Links]] = [[() for _ in hyps] for hyps in found]
+        for (i, k), pair_links in zip(pairs, links, strict=True):
+            out[i][k] = pair_links
+        return out
 
     def search(self, lines: Sequence[str], first_line: int | None = None,
                prefixes: Sequence[str] | None = None,
@@ -230,18 +279,22 @@ class Translator:
             )
 
     def format(self, hyps_per_line: list[list[Hypothesis]], first_index: int,
-               scores: bool = False) -> list[str]:
+               scores: bool = False, links: list[list[Links]] | None = None) -> list[str]:
         """Output lines: one per input (TAB + score with `scores`), or, for nbest > 1,
-        `index<TAB>score<TAB>text` rows."""
+        `index<TAB>score<TAB>text` rows; `links` (`align`'s) add TAB + Pharaoh links as
+        the last column of every line or row, empty where a line has none."""
         out = []
         for offset, hyps in enumerate(hyps_per_line):
             texts = self.texts(hyps)
+            tails = [""] * len(hyps) if links is None else [
+                "\t" + pharaoh(each) for each in links[offset]]
             if self.settings.nbest > 1:
-                out += [f"{first_index + offset}\t{h.score:.4f}\t{t}" for h, t in zip(hyps, texts)]
+                out += [f"{first_index + offset}\t{h.score:.4f}\t{t}{tail}"
+                        for h, t, tail in zip(hyps, texts, tails)]
             elif scores:
-                out.append(f"{texts[0]}\t{hyps[0].score:.4f}")
+                out.append(f"{texts[0]}\t{hyps[0].score:.4f}{tails[0]}")
             else:
-                out.append(texts[0])
+                out.append(texts[0] + tails[0])
         return out
 
     def texts(self, hyps: list[Hypothesis]) -> list[str]:
@@ -346,11 +399,13 @@ def translate_stream(
     translator: Translator, in_fd: int, out: BinaryIO, buffer_lines: int = 2000,
     scores: bool = False, total_lines: int | None = None, progress: bool = False,
     first_line: int = 0, byte_limit: int | None = None, prefixes: Prefixes | None = None,
+    alignments: str | None = None,
 ) -> Stats:
     """Translate everything readable from in_fd to out, flushing after every buffer.
     `progress`: a bar on stderr when it is a terminal (with an ETA given `total_lines`).
     A shard of a file: in_fd stands at its line `first_line`, `byte_limit` bytes long.
-    `prefixes`: the whole input's, by line number (a shard takes its own lines')."""
+    `prefixes`: the whole input's, by line number (a shard takes its own lines').
+    `alignments`: a unit (word, subword) to add every line's links in, or None."""
     start = time.perf_counter()
     index = first_line
     bar = progress_bar(total_lines, "line", enabled=progress)
@@ -358,7 +413,8 @@ def translate_stream(
         lines = decode_lines(raw, translator.stats)
         chosen = prefixes.of(index, len(lines)) if prefixes is not None else None
         results = translator.search(lines, index, prefixes=chosen)
-        text = "".join(line + "\n" for line in translator.format(results, index, scores))
+        links = None if alignments is None else translator.align(lines, results, alignments)
+        text = "".join(line + "\n" for line in translator.format(results, index, scores, links))
         out.write(text.encode("utf-8"))
         out.flush()
         index += len(lines)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtkit.config import DecodeConfig, Langs, replace_checked
+from mtkit.decode.align import UNITS, Links
 from mtkit.errors import ConfigError
 
 
@@ -46,6 +47,7 @@ class Translation:
     texts: tuple[str, ...]
     scores: tuple[float, ...]
     tokens: int  # target tokens of the best hypothesis
+    links: tuple[Links, ...] | None = None  # each hypothesis's alignment, when asked for
 
 
 @dataclass(frozen=True)
@@ -69,10 +71,11 @@ class NativeRequest:
     sampling: Any = None
     temperature: Any = None
     seed: Any = None
+    alignments: str | None = None  # the unit to align in (word, subword), or None
 
 
 NATIVE_FIELDS = ("text", "beam", "lenpen", "nbest", "scores", "prefix", "sampling",
-                 "temperature", "seed", "api_key")
+                 "temperature", "seed", "alignments", "alignment_unit", "api_key")
 DECODE_FIELDS = ("beam", "lenpen", "nbest", "sampling", "temperature", "seed")
 DECODE_NAMES = {name: name for name in DECODE_FIELDS}  # errors name the request's fields
 
@@ -257,7 +260,21 @@ def native_request(payload: Any, limits: Limits) -> NativeRequest:
         raise RequestError(422, f"scores: expected true or false, got {_kind(scores)}")
     return NativeRequest(tuple(lines), body.get("beam"), body.get("lenpen"), body.get("nbest"),
                          scores, _prefixes(body.get("prefix"), len(lines)),
-                         body.get("sampling"), body.get("temperature"), body.get("seed"))
+                         body.get("sampling"), body.get("temperature"), body.get("seed"),
+                         _alignments(body))
+
+
+def _alignments(body: dict[str, Any]) -> str | None:
+    """`alignments` true: the unit of `alignment_unit` (default word); None otherwise."""
+    wanted, unit = body.get("alignments", False), body.get("alignment_unit")
+    if not isinstance(wanted, bool):
+        raise RequestError(422, f"alignments: expected true or false, got {_kind(wanted)}")
+    if unit is not None and unit not in UNITS:
+        raise RequestError(422, f"alignment_unit: expected {' or '.join(UNITS)}, got "
+                                f"{json.dumps(unit)}")
+    if unit is not None and not wanted:
+        raise RequestError(422, "alignment_unit: give alignments: true too")
+    return (unit or "word") if wanted else None
 
 
 def _prefixes(value: Any, lines: int) -> tuple[str, ...] | None:
@@ -281,13 +298,17 @@ def native_settings(base: DecodeConfig, request: NativeRequest, limits: Limits) 
 
 def native_answer(settings: DecodeConfig, results: list[Translation], scores: bool,
                   truncated: int) -> dict[str, Any]:
-    """{"translations": [{"text": best, "hypotheses": [{"text", "score"?}]}], the settings
+    """{"translations": [{"text": best, "hypotheses": [{"text", "score"?, "alignment"?}]}],
+    where "alignment" (when asked for) is a list of [i, j] links; the settings
     used (sampling's only when sampling), and how many lines were truncated to the model's
     length}. Samples come in the engine's order (mtkit's: as drawn), not ranked."""
     translations = []
     for line in results:
-        hypotheses = [{"text": text, "score": score} if scores else {"text": text}
-                      for text, score in zip(line.texts, line.scores)]
+        hypotheses: list[dict[str, Any]] = [
+            {"text": text, "score": score} if scores else {"text": text}
+            for text, score in zip(line.texts, line.scores)]
+        for hypothesis, links in zip(hypotheses, line.links or ()):
+            hypothesis["alignment"] = [list(pair) for pair in links]
         translations.append({"text": line.texts[0], "hypotheses": hypotheses})
     answer = {"translations": translations, "beam": settings.beam, "lenpen": settings.lenpen,
               "nbest": settings.nbest, "truncated": truncated}

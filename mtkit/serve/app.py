@@ -27,8 +27,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
+from torch import Tensor
 
 from mtkit.config import DecodeConfig
+from mtkit.decode.align import Links
 from mtkit.decode.engine import Engine
 from mtkit.decode.scoring import TooLong, encode_pairs, pair_lengths, score_encoded
 from mtkit.decode.search import Hypothesis
@@ -87,6 +89,10 @@ class MeteredEngine:
         self.metrics.count_batch(len(sources))
         return self.engine.score(sources, targets)
 
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]],
+                        layer: int) -> list[Tensor]:
+        return self.engine.cross_attention(sources, targets, layer)
+
 
 @dataclass(frozen=True)
 class SourceLine:
@@ -95,10 +101,27 @@ class SourceLine:
     text: str
     prefix: str = ""  # the start its translation must have ("" for none)
     number: int = 0  # its place in its request: the key of its samples' random streams
+    alignments: str | None = None  # the unit to align its hypotheses in, or None
 
 
-def source_lines(lines: list[str], prefixes: tuple[str, ...] | None = None) -> list[SourceLine]:
-    return [SourceLine(text, prefixes[i] if prefixes else "", i) for i, text in enumerate(lines)]
+def source_lines(lines: list[str], prefixes: tuple[str, ...] | None = None,
+                 alignments: str | None = None) -> list[SourceLine]:
+    return [SourceLine(text, prefixes[i] if prefixes else "", i, alignments)
+            for i, text in enumerate(lines)]
+
+
+def line_links(translator: Translator, lines: list[SourceLine],
+               found: list[list[Hypothesis]]) -> list[tuple[Links, ...] | None]:
+    """The links of each line's hypotheses, for the lines that asked (None for the rest):
+    lines that did not ask, in the same batch, cost no pass."""
+    out: list[tuple[Links, ...] | None] = [None] * len(lines)
+    for unit in sorted({line.alignments for line in lines} - {None}):  # type: ignore[type-var]
+        chosen = [k for k, line in enumerate(lines) if line.alignments == unit]
+        links = translator.align([lines[k].text for k in chosen], [found[k] for k in chosen],
+                                 unit)
+        for k, each in zip(chosen, links, strict=True):
+            out[k] = tuple(each)
+    return out
 
 
 def decoder(translator: Translator) -> Callable[[Any, list[Any]], list[Any]]:
@@ -123,8 +146,9 @@ def decoder(translator: Translator) -> Callable[[Any, list[Any]], list[Any]]:
                             prefixes=prefixes if any(prefixes) else None,
                             numbers=[line.number for line in lines])
         texts = [mine.texts(hyps) for hyps in found]  # what `mtkit translate` prints
-        return [Translation(tuple(t), tuple(h.score for h in hyps), len(hyps[0].tokens))
-                for t, hyps in zip(texts, found)]
+        links = line_links(mine, lines, found)
+        return [Translation(tuple(t), tuple(h.score for h in hyps), len(hyps[0].tokens), each)
+                for t, hyps, each in zip(texts, found, links, strict=True)]
 
     return decode
 
@@ -250,7 +274,7 @@ def build_app(service: Service) -> FastAPI:
         parsed = native_request(payload, service.limits)
         settings = native_settings(service.settings, parsed, service.limits)
         results, truncated = await _translate(request, service, settings, source_lines(
-            list(parsed.lines), parsed.prefixes))
+            list(parsed.lines), parsed.prefixes, parsed.alignments))
         if results is None:
             return Response(status_code=CLIENT_GONE)
         return JSONResponse(native_answer(settings, results, parsed.scores, truncated))
@@ -416,6 +440,10 @@ NATIVE_SCHEMA = {
         "temperature": {"type": "number", "exclusiveMinimum": 0},
         "seed": {"type": "integer", "minimum": 0, "description": "The same seed repeats the "
                  "same samples of a line."},
+        "alignments": {"type": "boolean", "default": False, "description": "Each hypothesis "
+                       "with its alignment: [i, j] links, source word i to output word j."},
+        "alignment_unit": {"type": "string", "enum": ["word", "subword"], "default": "word",
+                           "description": "What i and j count: whitespace words or pieces."},
         "api_key": {"type": "string"},
     },
     "example": {"text": ["Hola.", "¿Qué tal?"], "nbest": 2, "beam": 4, "scores": True},

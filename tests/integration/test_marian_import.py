@@ -22,6 +22,7 @@ from mtkit.config import DecodeConfig
 from mtkit.convert.marian import import_model, read_marian
 from mtkit.data.batching import make_batch
 from mtkit.decode.engine import TorchEngine
+from mtkit.decode.translate import Translator
 from mtkit.errors import CheckpointError
 from mtkit.model.checkpoint import load_checkpoint
 from mtkit.model.loss import label_smoothed_nll
@@ -271,3 +272,10 @@ def test_ctranslate2_export_decodes_alike(marian, tmp_path):
         ours = ours_engine.search(tok.encode_src(LINES), settings)
         theirs = theirs_engine.search(tok.encode_src(LINES), settings)
         assert [h[0].tokens for h in ours] == [h[0].tokens for h in theirs], beam
+    # word alignments: CTranslate2's steps from the zero start embedding are mtkit's
+    found = Translator(ours_engine, settings).search(LINES)
+    links = Translator(ours_engine, settings).align(LINES, found)
+    assert Translator(theirs_engine, settings).align(LINES, found) == links
+    for (hyp,), (pairs,) in zip(found, links):
+        words = len(tok.decode_tgt([hyp.tokens])[0].split())
+        assert {j for _, j in pairs} == set(range(words))

@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,6 +199,34 @@ def test_native_answers_with_nbest_and_scores_equal_translate(server, expected):
     assert all(list(h) == ["text"] for line in answer["translations"]
                for h in line["hypotheses"])  # scores only when asked for
     assert answer["truncated"] == 1
+
+
+def test_alignments_answer_as_translate(server, model, tmp_path):
+    """/v1/translate's alignments are `mtkit translate --alignments`'s links, n-best and
+    subword too; lines of a request without them share the batch and get none."""
+    rows = translate_cli(model, tmp_path, LINES, "--beam", "3", "--nbest", "2",
+                         "--alignments")
+    subword = translate_cli(model, tmp_path, LINES, "--alignments", "--alignment-unit",
+                            "subword")
+    body = {"text": LINES, "beam": 3, "nbest": 2, "alignments": True}
+    plain = {"text": LINES, "beam": 3, "nbest": 2}
+    with ThreadPoolExecutor(2) as pool:
+        (status, answer), (_, without) = pool.map(lambda b: server.post("/v1/translate", b),
+                                                  (body, plain))
+    assert status == 200, answer
+    expected_links: list[list[str]] = [[] for _ in LINES]
+    for row in rows:
+        index, _, _, links = row.split("\t")
+        expected_links[int(index)].append(links)
+    found = [[" ".join(f"{i}-{j}" for i, j in h["alignment"]) for h in line["hypotheses"]]
+             for line in answer["translations"]]
+    assert found == expected_links
+    assert all("alignment" not in h for line in without["translations"]
+               for h in line["hypotheses"])
+    status, answer = server.post("/v1/translate", {"text": LINES, "alignments": True,
+                                                   "alignment_unit": "subword"})
+    assert [" ".join(f"{i}-{j}" for i, j in line["hypotheses"][0]["alignment"])
+            for line in answer["translations"]] == [row.split("\t")[1] for row in subword]
 
 
 def test_alternatives_are_the_nbest_of_translate(server, expected):

@@ -112,6 +112,12 @@ def test_bad_libretranslate_bodies(payload, status, needle):
     ({"text": ["a"], "prefix": [3]}, 422, "prefix[0]: expected a string, got a number"),
     ({"text": ["a"], "prefix": ["x\ny"]}, 422, "prefix[0]: holds a line break"),
     ({"text": ["a"], "sampel": "full"}, 422, "did you mean 'sampling'?"),
+    ({"text": ["a"], "alignments": "word"}, 422, "alignments: expected true or false"),
+    ({"text": ["a"], "alignments": True, "alignment_unit": "char"}, 422,
+     'alignment_unit: expected word or subword, got "char"'),
+    ({"text": ["a"], "alignment_unit": "subword"}, 422,
+     "alignment_unit: give alignments: true too"),
+    ({"text": ["a"], "alignment": True}, 422, "did you mean 'alignments'?"),
 ])
 def test_bad_native_bodies(payload, status, needle):
     found = error(native_request, payload, LIMITS)
@@ -152,6 +158,23 @@ def test_a_request_may_sample_and_force_prefixes():
     answer = native_answer(settings, [line("one")], scores=False, truncated=0)
     assert (answer["sampling"], answer["temperature"], answer["seed"]) == ("topk:5", 0.7, 12)
     assert native_request({"text": ["a"], "prefix": None}, LIMITS).prefixes is None
+
+
+def test_a_request_may_ask_for_alignments():
+    assert native_request({"text": ["a"]}, LIMITS).alignments is None
+    assert native_request({"text": ["a"], "alignments": True}, LIMITS).alignments == "word"
+    request = native_request({"text": ["a", ""], "alignments": True,
+                              "alignment_unit": "subword"}, LIMITS)
+    assert request.alignments == "subword"
+    aligned = Translation(("x y", "y"), (-1.0, -2.0), 2, (((0, 1), (1, 0)), ((0, 0),)))
+    empty = Translation(("",), (0.0,), 0, ((),))
+    answer = native_answer(BASE, [aligned, empty], scores=True, truncated=0)
+    first, second = answer["translations"]
+    assert first["hypotheses"] == [{"text": "x y", "score": -1.0, "alignment": [[0, 1], [1, 0]]},
+                                   {"text": "y", "score": -2.0, "alignment": [[0, 0]]}]
+    assert second["hypotheses"] == [{"text": "", "score": 0.0, "alignment": []}]
+    assert "alignment" not in native_answer(BASE, [line("x")], False, 0)[
+        "translations"][0]["hypotheses"][0]
 
 
 def test_decode_settings_a_request_may_change():

@@ -1,0 +1,145 @@
+"""Word alignments: for each output word, the source words it was translated from, read
+off one decoder layer's cross-attention.
+
+The search carries no attention weights (its kernels return none); aligning costs one
+teacher-forced pass over each finished hypothesis instead, in the engine that found it
+(`Engine.cross_attention`). That pass gives, for each output piece, the chosen layer's
+attention over the source pieces, heads averaged, at the decoder position that predicted
+the piece: the one that reads the piece before it (the start token for the first) and
+at which the search chose it. Each output piece links to the source piece it attends to
+most, never the source's EOS or a tag or language token. At word level both sides are
+lifted to whitespace words (`piece_words`), so every output word has at least one link.
+
+Attention is not trained to align: the links are rough (docs/guides/alignments.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from mtkit.data.batching import token_batches
+from mtkit.data.tokenizer import Tokenizer
+
+UNITS = ("word", "subword")
+
+Links = tuple[tuple[int, int], ...]  # (source unit i, output unit j), sorted
+# (sources, targets, layer) -> per pair its (T, S) attention: the engine's cross_attention
+CrossAttention = Callable[[list[list[int]], list[list[int]], int], list[Tensor]]
+
+
+@dataclass(frozen=True)
+class Aligned:
+    """A translation and its links: (i, j) pairs, i counting the source line's units
+    (whitespace words, or pieces) and j the translation's, from 0."""
+
+    text: str
+    links: Links
+
+    @property
+    def pharaoh(self) -> str:
+        return pharaoh(self.links)
+
+
+def pharaoh(links: Links) -> str:
+    """Links as Pharaoh text: `i-j` pairs separated by spaces."""
+    return " ".join(f"{i}-{j}" for i, j in links)
+
+
+def piece_words(prefix_texts: Sequence[str]) -> list[int | None]:
+    """The whitespace word (from 0) of each piece of a sequence, given the decoded text of
+    each growing prefix of it (pieces 0..k for k = 0, 1, ...): the text's last word when
+    piece k changed its visible characters, None when it added only whitespace or nothing.
+
+    Decoding prefixes, rather than reading piece spellings, works for any tokenizer: a
+    piece that starts a word, one that continues it, byte pieces that make up a character
+    and pieces a vocabulary maps to nothing all come out as the decoder spells them."""
+    units: list[int | None] = []
+    before = ""
+    for text in prefix_texts:
+        words = text.split()
+        visible = "".join(words)
+        units.append(len(words) - 1 if visible and visible != before else None)
+        before = visible
+    return units
+
+
+def best_links(attention: Tensor, src_units: Sequence[int | None],
+               out_units: Sequence[int | None]) -> Links:
+    """attention (T, S): output piece t's weights over source piece s. Each output piece
+    with a unit links its unit to the unit of its strongest source piece among those with
+    one; no links when no source piece has a unit."""
+    allowed = torch.tensor([u is not None for u in src_units], dtype=torch.bool)
+    if not bool(allowed.any()):
+        return ()
+    best = attention.float().masked_fill(~allowed, -1.0).argmax(dim=1).tolist()  # (T,)
+    pairs = {(src_units[s], j) for s, j in zip(best, out_units, strict=True) if j is not None}
+    return tuple(sorted(pairs))  # type: ignore[arg-type]  # None was masked out
+
+
+@dataclass(frozen=True)
+class SourceIds:
+    """What mapping a tokenizer's source pieces to words needs, looked up once."""
+
+    tags: frozenset[int]  # tag and language tokens (the one `--tag` puts first among them)
+    unk: int
+    # a piece that decodes to one visible character: put in place of unknown pieces, which
+    # decode to nothing, so that a word made of them still counts (None: none found)
+    stand_in: int | None
+
+
+@functools.lru_cache(maxsize=16)
+def source_ids(tokenizer: Tokenizer) -> SourceIds:
+    tags = {tokenizer.tagged(tag).source_tag for tag in tokenizer.tags} | {tokenizer.source_tag}
+    pieces = tokenizer.pieces("src")
+    stand_in = next((i for i, p in enumerate(pieces) if len(p) == 1 and p.isalnum()), None)
+    return SourceIds(frozenset(i for i in tags if i is not None), tokenizer.specials.unk,
+                     stand_in)
+
+
+def source_units(tokenizer: Tokenizer, ids: list[int], unit: str) -> list[int | None]:
+    """Each source piece's unit: its word of the source line, or its place among the
+    line's pieces (subword); None for tag and language tokens. The tag that `--tag` puts
+    before the line is no part of it: counting starts after it."""
+    known = source_ids(tokenizer)
+    skip = 1 if tokenizer.source_tag is not None and ids[:1] == [tokenizer.source_tag] else 0
+    body = ids[skip:]
+    if unit == "subword":
+        units: list[int | None] = list(range(len(body)))
+    else:
+        shown = [known.stand_in if i == known.unk and known.stand_in is not None else i
+                 for i in body]
+        units = piece_words(tokenizer.decode_src([shown[: k + 1] for k in range(len(shown))]))
+    return [None] * skip + [None if i in known.tags else u for i, u in zip(body, units)]
+
+
+def output_units(tokenizer: Tokenizer, ids: list[int], unit: str) -> list[int | None]:
+    """Each output piece's unit: its word of the output text, or its place (subword)."""
+    if unit == "subword":
+        return list(range(len(ids)))
+    return piece_words(tokenizer.decode_tgt([ids[: k + 1] for k in range(len(ids))]))
+
+
+def align(cross_attention: CrossAttention, tokenizer: Tokenizer,
+          sources: Sequence[list[int]], targets: Sequence[list[int]], layer: int,
+          unit: str = "word", max_tokens: int = 4096) -> list[Links]:
+    """The links of each (source, output) pair of ids, as `tokenizer` (the Translator's:
+    with its tag, if any) encoded and decodes them; an empty side has none. `layer`: a
+    decoder layer index (`DecodeConfig.alignment_index`); `max_tokens` bounds each pass's batch."""
+    if unit not in UNITS:
+        raise ValueError(f"alignment unit {unit!r}: expected {' or '.join(UNITS)}")
+    todo = [k for k, (src, tgt) in enumerate(zip(sources, targets, strict=True)) if src and tgt]
+    found: list[Links] = [() for _ in targets]
+    lengths = [len(sources[k]) + len(targets[k]) + 2 for k in todo]  # + both EOS
+    for batch in token_batches(lengths, max_tokens):
+        chosen = [todo[b] for b in batch]
+        weights = cross_attention([sources[k] for k in chosen], [targets[k] for k in chosen],
+                                  layer)
+        for k, attention in zip(chosen, weights, strict=True):
+            found[k] = best_links(attention, source_units(tokenizer, sources[k], unit),
+                                  output_units(tokenizer, targets[k], unit))
+    return found
