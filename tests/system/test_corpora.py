@@ -187,6 +187,30 @@ def test_the_back_translation_example_runs(tmp_path, mtkit_script):
     assert manifest["splits"]["train-2"]["src"]["path"].endswith("synthetic-topk5-seed2.es")
 
 
+def test_the_filtering_example_runs(tmp_path, mtkit_script):
+    """recipes/dual-filter.sh on the tiny sample: two scorers, the noisy part scored both
+    ways and cut to its best share, two runs, their scores."""
+    mtkit, env = mtkit_script
+    # positions for the longest verse: score-pairs refuses a pair the model cannot hold
+    base = bible_recipe(tmp_path, train={"max_steps": 6, "valid_every": 6, "save_every": 6,
+                                         "precision": "fp32"}, model={"max_positions": 256})
+    env = {**env, "DATA": str(DATA), "BASE": str(base), "WORK": str(tmp_path / "filter"),
+           "CLEAN": "200", "KEEP": "0.5", "MTKIT": str(mtkit)}
+    done = subprocess.run(["bash", str(RECIPES / "dual-filter.sh")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    work = tmp_path / "filter"
+    noisy = (work / "noisy.src").read_text(encoding="utf-8").splitlines()
+    assert len(noisy) == 100 == len((work / "forward.scores").read_text().splitlines())
+    assert len((work / "backward.scores").read_text().splitlines()) == 100
+    assert len((work / "filtered.src").read_text(encoding="utf-8").splitlines()) == 50
+    noise = (work / "noisy.noise").read_text().splitlines()
+    assert sum(kind != "clean" for kind in noise) == 30
+    lines = done.stdout.splitlines()
+    assert "kept 50 of 100 pairs" in lines and any(line.startswith("noise in") for line in lines)
+    assert [line.split(":")[0] for line in lines[-2:]] == ["es-en-all", "es-en-filtered"]
+
+
 def test_a_given_tokenizer_keeps_the_other_corpora_when_one_is_added(tmp_path, mtkit_cli):
     """tokenizer.model: the run takes that SentencePiece model as it is, so adding a
     corpus encodes only the new one."""
