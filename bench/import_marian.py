@@ -80,7 +80,7 @@ def build_step(out: Path, shape: dict) -> dict:
 
 
 def import_step(model_dir: Path, out: Path) -> dict:
-    from mtkit.convert.marian import import_model
+    from mtkit.convert.importer import import_model
 
     start = time.perf_counter()
     import_model(model_dir, out, force=True)
