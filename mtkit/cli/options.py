@@ -62,6 +62,14 @@ SeedOpt = typer.Option(
     None, "--seed", metavar="N", show_default=FROM_MODEL,
     help="Sampling: the random seed; the same seed repeats the same samples.",
 )
+SrcLangOpt = typer.Option(
+    None, "--src-lang", metavar="CODE", show_default="the model's",
+    help="A multilingual model's (M2M100, NLLB) source language, e.g. es or spa_Latn.",
+)
+TgtLangOpt = typer.Option(
+    None, "--tgt-lang", metavar="CODE", show_default="the model's",
+    help="A multilingual model's target language: its token starts every translation.",
+)
 TagOpt = typer.Option(
     None, "--tag", metavar="NAME",
     help="Start each line with this corpus tag, as training did for the corpus with "

@@ -22,9 +22,11 @@ from mtkit.cli.options import (
     QuantizeOpt,
     SamplingOpt,
     SeedOpt,
+    SrcLangOpt,
     StopOpt,
     TagOpt,
     TemperatureOpt,
+    TgtLangOpt,
     one_of,
 )
 from mtkit.cli.options import ThreadsOpt as ServeThreadsOpt
@@ -85,6 +87,8 @@ def translate(
     engine: str = EngineOpt,
     shard: str | None = ShardOpt,
     tag: str | None = TagOpt,
+    src_lang: str | None = SrcLangOpt,
+    tgt_lang: str | None = TgtLangOpt,
 ) -> None:
     """Translate lines from stdin (or -i FILE) to stdout (or -o FILE).
 
@@ -101,6 +105,7 @@ def translate(
                              temperature, seed),
         max_tokens=max_tokens, device=device, threads=threads, quantize=quantize,
         engine=engine, tag=tag, scores=scores, quiet=quiet, prefix_file=prefix,
+        langs=(src_lang, tgt_lang),
     )
     try:
         stats = translate_job(job)

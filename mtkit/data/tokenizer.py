@@ -252,22 +252,25 @@ class Tokenizer:
         languages = None if self.vocab is None else self.vocab.languages
         return () if languages is None else languages.codes
 
-    def with_langs(self, src: str | None, tgt: str | None) -> Tokenizer:
+    def with_langs(self, src: str | None, tgt: str | None,
+                   names: tuple[str, str] = ("src_lang", "tgt_lang")) -> Tokenizer:
         """This tokenizer translating src -> tgt (None: the model's default for that side)
-        with a multilingual model (`vocab.Languages`); DataError for a code it lacks."""
+        with a multilingual model (`vocab.Languages`); DataError for a code it lacks, the
+        option named by `names`."""
         if src is None and tgt is None:
             return self
         if self.langs is None:
-            raise DataError("a language pair (src_lang/tgt_lang) is chosen only for a "
-                            "multilingual model (M2M100, NLLB); this one translates one pair")
+            raise DataError(f"{'/'.join(names)}: this model translates one language pair; a "
+                            "pair is chosen only for a multilingual model (M2M100, NLLB)")
         other = copy.copy(self)
-        other._choose(src or self.langs[0], tgt or self.langs[1])
+        other._choose(src or self.langs[0], tgt or self.langs[1], names)
         return other
 
-    def _choose(self, src: str, tgt: str) -> None:
+    def _choose(self, src: str, tgt: str, names: tuple[str, str] = ("src_lang", "tgt_lang")
+                ) -> None:
         languages = self.vocab.languages  # type: ignore[union-attr]  # callers check
-        self.source_tag = languages.id_of(src, "source language")
-        self.target_start = (languages.id_of(tgt, "target language"),)
+        self.source_tag = languages.id_of(src, names[0])
+        self.target_start = (languages.id_of(tgt, names[1]),)
         self.langs = (src, tgt)
 
     # -- encoding and decoding

@@ -87,7 +87,9 @@ class Translator:
         self.tag = tag
         # a tag or a language the model lacks: DataError
         tokenizer = engine.tokenizer if tag is None else engine.tokenizer.tagged(tag)
-        self.tokenizer = tokenizer.with_langs(src_lang, tgt_lang)
+        if src_lang is not None or tgt_lang is not None:
+            tokenizer = tokenizer.with_langs(src_lang, tgt_lang)
+        self.tokenizer = tokenizer
         settings = settings if settings is not None else engine.recipe.decode
         if settings.stop not in engine.stop_rules:
             log.warning("this engine stops %s: decode.stop %s does not apply",
@@ -167,7 +169,9 @@ class Translator:
         which keys its samples' random streams and names it in warnings; default: from
         `first_line` on (default: the lines translated so far). A multilingual model's
         target language token leads each hypothesis (forced, before the prefix)."""
-        tokenizer = self.tokenizer.with_langs(src_lang, tgt_lang)  # unknown code: DataError
+        tokenizer = self.tokenizer  # another pair: with_langs (an unknown code: DataError)
+        if src_lang is not None or tgt_lang is not None:
+            tokenizer = tokenizer.with_langs(src_lang, tgt_lang)
         first_line = self.stats.sentences if first_line is None else first_line
         numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
         for given, what in ((prefixes, "prefixes"), (numbers, "line numbers")):

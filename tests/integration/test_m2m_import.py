@@ -132,7 +132,7 @@ def test_translator_chooses_the_pair_per_call(m2m):
     hyps = translator.search(LINES[:3], tgt_lang=other)
     forced = tok.with_langs(None, other).target_start[0]
     assert all(h[0].tokens[0] == forced for h in hyps)
-    with pytest.raises(DataError, match=f"target language {tgt[:-1]}: not a language of this "
+    with pytest.raises(DataError, match=f"tgt_lang {tgt[:-1]}: not a language of this "
                                         f"model \\(closest: {tgt}"):
         translator.translate(LINES[:1], tgt_lang=tgt[:-1])
 
