@@ -94,6 +94,10 @@ def read_m2m_vocabulary(model_dir: Path, config: dict[str, Any], generation: dic
     except (RuntimeError, OSError):
         raise CheckpointError(f"{model_dir / SPM}: not a SentencePiece model") from None
     tok_config = read_json(model_dir / "tokenizer_config.json", required=False)
+    if tok_config.get("legacy_behaviour"):
+        raise CheckpointError(f"{model_dir / 'tokenizer_config.json'}: legacy_behaviour true "
+                              "(sources as pieces </s> [src_lang]) is not supported; mtkit "
+                              "reads NLLB sources as [src_lang] pieces </s>")
     tokens = _language_tokens(model_dir, tok_config)
     if (model_dir / "vocab.json").is_file():  # M2M100: __es__ is es
         pieces = _vocab_json(model_dir / "vocab.json")

@@ -196,10 +196,13 @@ BAD = [
     (_config(lambda v: v.update(_name_or_path="facebook/nllb-moe-54b")), "nllb-moe-54b"),
     (_truncate, "truncated or damaged safetensors file"),
     (lambda c: (c / "tokenizer_config.json").write_text("{}"), "lists no language tokens"),
+    (lambda c: (c / "tokenizer_config.json").write_text('{"legacy_behaviour": true}'),
+     "legacy_behaviour true"),
 ]
 
 
-@pytest.mark.parametrize(("edit", "message"), BAD, ids=["moe", "truncated", "no-languages"])
+@pytest.mark.parametrize(("edit", "message"), BAD,
+                         ids=["moe", "truncated", "no-languages", "legacy"])
 def test_bad_input_is_one_line_and_writes_nothing(m2m, tmp_path, edit, message):
     directory, _, _ = m2m
     broken = _broken(directory, tmp_path, edit)

@@ -119,3 +119,13 @@ def test_serve_chooses_the_languages_per_request(imported, mtkit_cli):
                                           "(closest: fra_Latn")
     finally:
         stop(server)
+
+
+def test_a_pair_for_a_model_of_one_pair_is_one_line(tiny_run, tmp_path, mtkit_cli):
+    (tmp_path / "in.txt").write_text("hola\n")
+    done = mtkit_cli(["translate", "-m", tiny_run.model, "-i", "in.txt", "--tgt-lang", "fr"],
+                     cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.error_lines() == ["mtkit: error: --src-lang/--tgt-lang: this model translates "
+                                  "one language pair; a pair is chosen only for a "
+                                  "multilingual model (M2M100, NLLB)"], done.stderr
