@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from mtkit.data.vocab import SpecialIds
+from mtkit.config import ModelConfig
+from mtkit.data.vocab import SpecialIds, Vocabulary
 from mtkit.errors import CheckpointError
 from mtkit.files.textio import file_fingerprint
 from mtkit.model.transformer import Transformer
@@ -103,11 +104,18 @@ def layer_state(model: Transformer, tensors: dict[str, torch.Tensor],
     return state
 
 
-def copy_into(model: Transformer, state: dict[str, torch.Tensor]) -> None:
-    """Fill every tensor of the model from `state` (which holds each of its keys)."""
-    with torch.no_grad():
-        for key, param in model.state_dict().items():
-            param.copy_(state[key])
+def meta_model(cfg: ModelConfig, vocab: Vocabulary) -> Transformer:
+    """The model's structure on the meta device: its keys and shapes, without allocating
+    and initialising the weights the file's replace (gigabytes for the larger models)."""
+    with torch.device("meta"):
+        return Transformer(cfg, len(vocab.src), len(vocab.pieces("tgt")), vocab.specials.pad,
+                           vocab.specials.start)
+
+
+def bundle_weights(model: Transformer, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The bundle's weights: every key of the model from `state` (its shapes checked where
+    it was gathered), tied keys sharing one tensor as `state` gives them."""
+    return {key: state[key].contiguous() for key in model.state_dict()}
 
 
 def special_ids(model_dir: Path, config: dict[str, Any], generation: dict[str, Any],

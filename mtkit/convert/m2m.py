@@ -29,11 +29,12 @@ import torch
 
 from mtkit.config import recipe_from_dict
 from mtkit.convert.hf import (
-    copy_into,
+    bundle_weights,
     decode_section,
     fingerprint,
     first,
     layer_state,
+    meta_model,
     model_config,
     model_dims,
     read_json,
@@ -69,11 +70,9 @@ def read_m2m(model_dir: Path, src_lang: str | None = None,
            "tokenizer": {"kind": "vocab", "joint": True, "vocab_size": len(vocab.src)},
            "model": _model_section(model_dir, config), "decode": decode_section(generation)}
     recipe = recipe_from_dict(raw, where=f"{model_dir} (as a recipe)")
-    model = Transformer(recipe.model, len(vocab.src), len(vocab.src), vocab.specials.pad,
-                        vocab.specials.start)
-    _load_weights(model, tensors, model_dir)
+    model = meta_model(recipe.model, vocab)
     return Bundle(
-        weights={k: v.detach() for k, v in model.state_dict().items()},
+        weights=bundle_weights(model, _state(model, tensors, model_dir)),
         recipe=recipe, spm_src=blob, spm_tgt=None, data_fingerprints={},
         vocab=vocab.to_bytes(),
         imported=Imported(str(model_dir.resolve()), "m2m_100", name, fingerprint(files)))
@@ -175,9 +174,10 @@ def _model_section(model_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
             "max_positions": int(config.get("max_position_embeddings", 1024))}
 
 
-def _load_weights(model: Transformer, tensors: dict[str, torch.Tensor],
-                  model_dir: Path) -> None:
-    """Fill the model; the shared embedding from whichever copy the file holds."""
+def _state(model: Transformer, tensors: dict[str, torch.Tensor],
+           model_dir: Path) -> dict[str, torch.Tensor]:
+    """The model's tensors by mtkit key; the shared embedding from whichever copy the file
+    holds."""
     expected = model.state_dict()
     names = ["model.shared.weight", "model.encoder.embed_tokens.weight",
              "model.decoder.embed_tokens.weight", "lm_head.weight"]
@@ -188,4 +188,4 @@ def _load_weights(model: Transformer, tensors: dict[str, torch.Tensor],
             state[f"{ours}.{suffix}"] = first(tensors, [f"model.{side}.layer_norm.{suffix}"],
                                               model_dir, expected[f"{ours}.{suffix}"].shape)
     state.update(layer_state(model, tensors, model_dir))
-    copy_into(model, state)
+    return state

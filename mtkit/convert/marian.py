@@ -23,11 +23,12 @@ import torch
 
 from mtkit.config import recipe_from_dict
 from mtkit.convert.hf import (
-    copy_into,
+    bundle_weights,
     decode_section,
     fingerprint,
     first,
     layer_state,
+    meta_model,
     model_config,
     model_dims,
     read_json,
@@ -38,6 +39,7 @@ from mtkit.convert.weights import read_weights, weight_files
 from mtkit.data.vocab import Vocabulary
 from mtkit.errors import CheckpointError
 from mtkit.model.checkpoint import Bundle, Imported
+from mtkit.model.layers import sinusoidal_positions
 from mtkit.model.transformer import Transformer
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu"}  # Hugging Face -> mtkit
@@ -55,11 +57,9 @@ def read_marian(model_dir: Path) -> Bundle:
     tensors = read_weights(files)
     recipe = recipe_from_dict(_recipe(model_dir, config, generation, vocab, shared),
                               where=f"{model_dir} (as a recipe)")
-    model = Transformer(recipe.model, len(vocab.src), len(vocab.pieces("tgt")),
-                        vocab.specials.pad, vocab.specials.start)
-    load_marian_weights(model, tensors, config, model_dir)
+    model = meta_model(recipe.model, vocab)
     return Bundle(
-        weights={k: v.detach() for k, v in model.state_dict().items()},
+        weights=bundle_weights(model, marian_state(model, tensors, config, model_dir)),
         recipe=recipe, spm_src=src_spm, spm_tgt=None if tgt_spm == src_spm else tgt_spm,
         data_fingerprints={}, vocab=vocab.to_bytes(),
         imported=Imported(str(model_dir.resolve()), "marian",
@@ -162,10 +162,10 @@ def _model_section(model_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- weights
 
 
-def load_marian_weights(model: Transformer, tensors: dict[str, torch.Tensor],
-                        config: dict[str, Any], model_dir: Path) -> None:
-    """Fill the model from Marian's tensors; CheckpointError naming a missing tensor or a
-    wrong shape. Tied tensors: whichever copy the file holds."""
+def marian_state(model: Transformer, tensors: dict[str, torch.Tensor],
+                 config: dict[str, Any], model_dir: Path) -> dict[str, torch.Tensor]:
+    """The model's tensors by mtkit key from Marian's; CheckpointError naming a missing
+    tensor or a wrong shape. Tied tensors: whichever copy the file holds."""
     shared = bool(config.get("share_encoder_decoder_embeddings", True))
     tied = bool(config.get("tie_word_embeddings", True))
     enc = ["model.shared.weight", "model.encoder.embed_tokens.weight"]
@@ -187,7 +187,7 @@ def load_marian_weights(model: Transformer, tensors: dict[str, torch.Tensor],
     state.update(layer_state(model, tensors, model_dir))
     for side in ("encoder", "decoder"):
         _check_positions(tensors, side, model, model_dir)
-    copy_into(model, state)
+    return state
 
 
 def _check_positions(tensors: dict[str, torch.Tensor], side: str, model: Transformer,
@@ -197,6 +197,8 @@ def _check_positions(tensors: dict[str, torch.Tensor], side: str, model: Transfo
     stored = tensors.get(name)
     if stored is None:
         return
-    table = model.pos_table[: stored.size(0)]
+    cfg = model.cfg
+    table = sinusoidal_positions(min(stored.size(0), cfg.max_positions), cfg.d_model,
+                                 cfg.position_layout)
     if stored.shape != table.shape or not torch.allclose(stored, table, atol=1e-4):
         raise CheckpointError(f"{model_dir}: {name} is not Marian's sinusoidal table")
