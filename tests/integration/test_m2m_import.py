@@ -219,3 +219,26 @@ def test_an_unknown_default_language_names_the_closest(m2m, tmp_path):
     with pytest.raises(CheckpointError, match=f"--tgt-lang {code}x: not a language of this "
                                               f"model \\(closest: {code}"):
         import_model(directory, tmp_path / "m.pt", tgt_lang=code + "x")
+
+
+def test_an_incomplete_sharded_or_fp16_checkpoint_is_one_line(m2m, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    directory, _, _ = m2m
+    sharded, half = tmp_path / "sharded", tmp_path / "fp16"
+    for copy in (sharded, half):
+        shutil.copytree(directory, copy)
+        (copy / "model.safetensors").unlink()
+    load_reference(directory).save_pretrained(sharded, max_shard_size="20KB")
+    shards = sorted(sharded.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    shards[-1].unlink()
+    with pytest.raises(CheckpointError, match=f"the shard {shards[-1].name} the index names "
+                                              "is missing"):
+        read_model(sharded)
+    load_reference(directory).half().save_pretrained(half)
+    tensors = load_file(half / "model.safetensors")
+    del tensors["model.decoder.layer_norm.weight"]
+    save_file(tensors, half / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="the weights lack model.decoder.layer_norm.weight"):
+        read_model(half)
