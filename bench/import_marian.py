@@ -80,7 +80,7 @@ def build_step(out: Path, shape: dict) -> dict:
 
 
 def import_step(model_dir: Path, out: Path) -> dict:
-    from mtkit.convert.marian import import_model
+    from mtkit.convert.importer import import_model
 
     start = time.perf_counter()
     import_model(model_dir, out, force=True)
@@ -135,8 +135,9 @@ def check_step(model_dir: Path, bundle_path: Path, threads: int, repeat: int,
     return {"max_abs_logprob_diff": worst, "sentences": sentences, **latency}
 
 
-def child(step: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--step", step, *args],
+def child(step: str, *args: str, script: str = __file__) -> dict:
+    """One step in a child process running `script`; its figures (its last line)."""
+    done = subprocess.run([sys.executable, script, "--step", step, *args],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{step} failed:\n{done.stderr}")

@@ -83,21 +83,31 @@ def build_marian(out: Path, shared: bool = True, seed: int = 0, fp16: bool = Fal
 
 
 @torch.no_grad()
-def randomize(model, pad: int) -> None:
+def randomize(model, pad: int, eos: int = 0, eos_lean: float = 0.0,
+              skip: tuple[str, ...] = ()) -> None:
     """Weights far from Hugging Face's small init, so that the output distributions are
     peaked (argmax and beam choices not near-ties) and every tensor matters; the pad row
-    of the embeddings zero, as in OPUS-MT models (converted ones add it as zeros)."""
+    of the embeddings zero, as in OPUS-MT models (converted ones add it as zeros). </s>
+    made likely enough that some outputs end on it: by the logits bias where the model
+    has one, else (`eos_lean`) by leaning the decoder's final norm towards its embedding.
+    Parameters whose names hold one of `skip` are left as they are."""
     for name, param in model.named_parameters():
+        if any(part in name for part in skip):
+            continue
         if "layer_norm" in name:
             param.copy_(1.0 + 0.2 * torch.randn_like(param) if name.endswith("weight")
                         else 0.2 * torch.randn_like(param))
         else:
             param.normal_(0.0, 0.4)
-    model.final_logits_bias.normal_(0.0, 1.0)
-    model.final_logits_bias[0, 0] = 4.0  # </s>: likely enough that some outputs end on it
+    if hasattr(model, "final_logits_bias"):
+        model.final_logits_bias.normal_(0.0, 1.0)
+        model.final_logits_bias[0, eos] = 4.0
     for embedding in (model.get_input_embeddings(), model.get_decoder().embed_tokens):
         if embedding.weight.size(0) > pad:
             embedding.weight[pad] = 0.0
+    if eos_lean:
+        row = model.get_output_embeddings().weight[eos]
+        model.get_decoder().layer_norm.bias.add_(eos_lean * row / row.norm())
     model.eval()
 
 

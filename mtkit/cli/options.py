@@ -71,6 +71,14 @@ AlignmentLayerOpt = typer.Option(
     help="Word alignments: the decoder layer whose cross-attention links the words, from 0 "
     "or negative from the end (-2: the penultimate, or the only layer of one).",
 )
+SrcLangOpt = typer.Option(
+    None, "--src-lang", metavar="CODE", show_default="the model's",
+    help="A multilingual model's (M2M100, NLLB) source language, e.g. es or spa_Latn.",
+)
+TgtLangOpt = typer.Option(
+    None, "--tgt-lang", metavar="CODE", show_default="the model's",
+    help="A multilingual model's target language: its token starts every translation.",
+)
 TagOpt = typer.Option(
     None, "--tag", metavar="NAME",
     help="Start each line with this corpus tag, as training did for the corpus with "

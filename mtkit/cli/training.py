@@ -177,16 +177,22 @@ def average(
 
 def import_model(
     directory: Path = typer.Argument(..., metavar="DIR", show_default=False,
-                                     help="A Hugging Face Marian (OPUS-MT) model directory."),
+                                     help="A Hugging Face Marian (OPUS-MT), M2M100 or NLLB "
+                                     "model directory."),
     output: Path = typer.Option(..., "-o", "--output", metavar="MODEL",
                                 help="The mtkit model file to write."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+    src_lang: str = typer.Option(None, "--src-lang", metavar="CODE", show_default=False,
+                                 help="M2M100/NLLB: the source language translated by "
+                                 "default (es, spa_Latn)."),
+    tgt_lang: str = typer.Option(None, "--tgt-lang", metavar="CODE", show_default=False,
+                                 help="M2M100/NLLB: the target language by default."),
 ) -> None:
-    """Import a pretrained model: a Hugging Face Marian (OPUS-MT) directory as an mtkit
-    model, to translate with, fine-tune (train.init_from), export or serve."""
-    from mtkit.convert.marian import import_model as run_import
+    """Import a pretrained model: a Hugging Face Marian (OPUS-MT), M2M100 or NLLB directory
+    as an mtkit model, to translate with, fine-tune (train.init_from), export or serve."""
+    from mtkit.convert.importer import import_model as run_import
 
-    bundle = run_import(directory, output, force)
+    bundle = run_import(directory, output, force, src_lang, tgt_lang)
     model = bundle.recipe.model
     log.info("imported %s (%s, %d+%d layers, d_model %d) to %s", directory,
              bundle.imported.name if bundle.imported else "?", model.enc_layers,

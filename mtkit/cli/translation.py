@@ -24,9 +24,11 @@ from mtkit.cli.options import (
     QuantizeOpt,
     SamplingOpt,
     SeedOpt,
+    SrcLangOpt,
     StopOpt,
     TagOpt,
     TemperatureOpt,
+    TgtLangOpt,
     one_of,
 )
 from mtkit.cli.options import ThreadsOpt as ServeThreadsOpt
@@ -91,6 +93,8 @@ def translate(
     engine: str = EngineOpt,
     shard: str | None = ShardOpt,
     tag: str | None = TagOpt,
+    src_lang: str | None = SrcLangOpt,
+    tgt_lang: str | None = TgtLangOpt,
 ) -> None:
     """Translate lines from stdin (or -i FILE) to stdout (or -o FILE).
 
@@ -110,6 +114,7 @@ def translate(
         max_tokens=max_tokens, device=device, threads=threads, quantize=quantize,
         engine=engine, tag=tag, scores=scores, quiet=quiet, prefix_file=prefix,
         alignments=(alignment_unit or "word") if alignments else None,
+        langs=(src_lang, tgt_lang),
     )
     try:
         stats = translate_job(job)

@@ -218,10 +218,11 @@ class ModelConfig:
         "layer norm before each sublayer (pre) or after its residual sum (post)"))
     positions: Literal["sinusoidal", "learned"] = field(default="sinusoidal", metadata=doc(
         "position embeddings"))
-    position_layout: Literal["interleaved", "halves"] = field(
+    position_layout: Literal["interleaved", "halves", "fairseq"] = field(
         default="interleaved", metadata=doc(
-            "columns of the sinusoidal table: sine and cosine interleaved (mtkit's), or the "
-            "sine half then the cosine half (Marian's)"))
+            "columns of the sinusoidal table: sine and cosine interleaved (mtkit's), the "
+            "sine half then the cosine half (Marian's), or fairseq's halves (M2M100, NLLB: "
+            "frequencies over d_model/2 - 1, position t at row pad + 1 + t)"))
     scale_embeddings: bool = field(default=True, metadata=doc(
         "multiply token embeddings by sqrt(d_model) before adding the positions"))
     output_bias: bool = field(default=False, metadata=doc(

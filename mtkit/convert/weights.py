@@ -14,6 +14,7 @@ import json
 import pickle
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -58,36 +59,46 @@ def read_weights(files: list[Path]) -> dict[str, torch.Tensor]:
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    damaged = CheckpointError(f"{path}: truncated or damaged safetensors file")
+    """Every tensor of one file, each read into memory of its own: the file is never held
+    whole, so a model needs its own size in memory, not twice that."""
     try:
-        blob = path.read_bytes()
+        with path.open("rb") as file:
+            return _read_tensors(file, path, path.stat().st_size)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(blob) < 8:
+
+
+def _read_tensors(file: BinaryIO, path: Path, total: int) -> dict[str, torch.Tensor]:
+    damaged = CheckpointError(f"{path}: truncated or damaged safetensors file")
+    head = file.read(8)
+    if len(head) < 8:
         raise damaged
-    (size,) = struct.unpack("<Q", blob[:8])
+    (size,) = struct.unpack("<Q", head)
+    if 8 + size > total:
+        raise damaged
     try:
-        header = json.loads(blob[8: 8 + size].decode("utf-8"))
+        header = json.loads(file.read(size).decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise damaged from None
-    start = 8 + size
     out = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
         try:
             dtype = SAFETENSORS_DTYPES[entry["dtype"]]
-            begin, end = (start + int(o) for o in entry["data_offsets"])
+            begin, end = (8 + size + int(o) for o in entry["data_offsets"])
             shape = [int(n) for n in entry["shape"]]
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path}: {name}: unsupported or damaged entry "
                                   f"({entry.get('dtype') if isinstance(entry, dict) else entry})"
                                   ) from None
-        if end > len(blob) or begin > end:
+        if end > total or begin > end:
             raise damaged
-        # a copy: the file's bytes are let go, and the tensor owns writable memory
-        flat = torch.frombuffer(bytearray(blob[begin:end]), dtype=dtype) if end > begin else \
-            torch.empty(0, dtype=dtype)
+        data = bytearray(end - begin)  # writable memory the tensor owns
+        file.seek(begin)
+        if file.readinto(data) != len(data):
+            raise damaged
+        flat = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
         if flat.numel() != _count(shape):
             raise damaged
         out[name] = flat.view(shape)

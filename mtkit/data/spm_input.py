@@ -46,6 +46,31 @@ def reservoir_sample(lines: Iterable[str], size: int, seed: int) -> list[str]:
     return sample
 
 
+def existing_inputs(inputs: list[Path]) -> list[Path]:
+    """The inputs as paths; DataError for none, or one that is not a file."""
+    inputs = [Path(p) for p in inputs]
+    if not inputs:
+        raise DataError("no input files to train the tokenizer on")
+    for path in inputs:
+        if not path.is_file():
+            raise DataError(f"{path}: not found")
+    return inputs
+
+
+def training_sentences(lines: CorpusStream, size: int, seed: int) -> Iterable[str]:
+    """The lines the trainer sees: a sample of `size` fixed by `seed`, or all (size 0).
+
+    We sample ourselves: spm's own sampler ignores set_random_generator_seed, so its
+    models would differ from run to run whenever the corpus exceeds the sample size.
+    """
+    if size <= 0:
+        return lines  # streamed
+    sample = reservoir_sample(lines, size, seed)
+    if lines.error is not None:
+        raise lines.error
+    return sample
+
+
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 _TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 

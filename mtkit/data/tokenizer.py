@@ -19,7 +19,12 @@ import sentencepiece as spm
 
 from mtkit.config import Recipe
 from mtkit.data.sampling import Sampling, piece_scores, sample_segmentations
-from mtkit.data.spm_input import CorpusStream, reservoir_sample, training_error
+from mtkit.data.spm_input import (
+    CorpusStream,
+    existing_inputs,
+    training_error,
+    training_sentences,
+)
 from mtkit.data.vocab import SpecialIds, Vocabulary
 from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.files.atomic import atomic_write_bytes
@@ -67,10 +72,10 @@ def train_sentencepiece(
     memory does not grow with the corpus; the same inputs and settings give the same bytes.
     Each of `tags` becomes the control symbol <tag>, with the ids after the specials.
     """
-    inputs = _existing_inputs(inputs)
+    inputs = existing_inputs(inputs)
     where = ", ".join(str(p) for p in inputs)
     lines = CorpusStream(inputs)
-    sentences = _training_sentences(lines, input_sentence_size, seed)
+    sentences = training_sentences(lines, input_sentence_size, seed)
     spm.set_random_generator_seed(seed)  # for whatever randomness the trainer itself uses
     try:
         model = _run_trainer(sentences, vocab_size, model_type, character_coverage, tags)
@@ -87,30 +92,6 @@ def train_sentencepiece(
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, model)  # readers never see half a model
     return path
-
-
-def _existing_inputs(inputs: list[Path]) -> list[Path]:
-    inputs = [Path(p) for p in inputs]
-    if not inputs:
-        raise DataError("no input files to train the tokenizer on")
-    for path in inputs:
-        if not path.is_file():
-            raise DataError(f"{path}: not found")
-    return inputs
-
-
-def _training_sentences(lines: CorpusStream, size: int, seed: int) -> Iterable[str]:
-    """The lines the trainer sees: a sample of `size` fixed by `seed`, or all (size 0).
-
-    We sample ourselves: spm's own sampler ignores set_random_generator_seed, so its
-    models would differ from run to run whenever the corpus exceeds the sample size.
-    """
-    if size <= 0:
-        return lines  # streamed
-    sample = reservoir_sample(lines, size, seed)
-    if lines.error is not None:
-        raise lines.error
-    return sample
 
 
 def _run_trainer(sentences: Iterable[str], vocab_size: int, model_type: str,
@@ -182,6 +163,10 @@ class Tokenizer:
         self._tgt = self._src if tgt is None else _load_processor(self._tgt_bytes, names[1],
                                                                   mtkit_ids)
         self.source_tag: int | None = None  # id put before every encoded source line
+        self.target_start: tuple[int, ...] = ()  # ids every target starts with (a language)
+        self.langs: tuple[str, str] | None = None  # a multilingual model's chosen pair
+        if self.vocab is not None and self.vocab.languages is not None:
+            self._choose(*self.vocab.languages.default)
         self.specials = self.vocab.specials if self.vocab is not None else SpecialIds(
             pad=self._tgt.pad_id(), unk=self._tgt.unk_id(), start=self._tgt.bos_id(),
             eos=self._tgt.eos_id())
@@ -261,6 +246,33 @@ class Tokenizer:
         other.source_tag = index
         return other
 
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """A multilingual model's language codes (empty: a model of one pair)."""
+        languages = None if self.vocab is None else self.vocab.languages
+        return () if languages is None else languages.codes
+
+    def with_langs(self, src: str | None, tgt: str | None,
+                   names: tuple[str, str] = ("src_lang", "tgt_lang")) -> Tokenizer:
+        """This tokenizer translating src -> tgt (None: the model's default for that side)
+        with a multilingual model (`vocab.Languages`); DataError for a code it lacks, the
+        option named by `names`."""
+        if src is None and tgt is None:
+            return self
+        if self.langs is None:
+            raise DataError(f"{'/'.join(names)}: this model translates one language pair; a "
+                            "pair is chosen only for a multilingual model (M2M100, NLLB)")
+        other = copy.copy(self)
+        other._choose(src or self.langs[0], tgt or self.langs[1], names)
+        return other
+
+    def _choose(self, src: str, tgt: str, names: tuple[str, str] = ("src_lang", "tgt_lang")
+                ) -> None:
+        languages = self.vocab.languages  # type: ignore[union-attr]  # callers check
+        self.source_tag = languages.id_of(src, names[0])
+        self.target_start = (languages.id_of(tgt, names[1]),)
+        self.langs = (src, tgt)
+
     # -- encoding and decoding
 
     def encode_src(self, lines: list[str], sampling: Sampling | None = None) -> list[list[int]]:
@@ -271,7 +283,11 @@ class Tokenizer:
         return ids
 
     def encode_tgt(self, lines: list[str], sampling: Sampling | None = None) -> list[list[int]]:
-        return self._encode(self._tgt, lines, sampling)
+        """Token ids per line, after `target_start` (a multilingual model's language)."""
+        ids = self._encode(self._tgt, lines, sampling)
+        if self.target_start:
+            ids = [[*self.target_start, *seq] for seq in ids]
+        return ids
 
     def _encode(self, proc: spm.SentencePieceProcessor, lines: list[str],
                 sampling: Sampling | None) -> list[list[int]]:

@@ -11,6 +11,7 @@ the vocabulary is `<unk>`.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-from mtkit.errors import CheckpointError
+from mtkit.errors import CheckpointError, DataError
 
 # A source line may start with a target-language token, >>fra<< (multilingual models).
 TAG_OPEN, TAG_CLOSE = ">>", "<<"
@@ -52,12 +53,44 @@ class SpecialIds:
 
 
 @dataclass(frozen=True)
+class Languages:
+    """A multilingual model's language tokens (M2M100, NLLB): each language's code and its
+    token's id (one vocabulary serves both sides), and the pair translated by default. A
+    source is `[src] pieces </s>`; a target `[tgt] pieces </s>`, its language token forced
+    first when decoding."""
+
+    codes: tuple[str, ...]
+    ids: tuple[int, ...]
+    default: tuple[str, str]  # (source, target) codes
+
+    def id_of(self, code: str, what: str) -> int:
+        """The token id of a language; DataError naming the closest codes otherwise."""
+        if code in self.codes:
+            return self.ids[self.codes.index(code)]
+        close = difflib.get_close_matches(code, self.codes, n=3, cutoff=0.5)
+        hint = f"closest: {', '.join(close)}" if close else \
+            f"it has {len(self.codes)}; mtkit info lists them"
+        raise DataError(f"{what} {code}: not a language of this model ({hint})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"codes": list(self.codes), "ids": list(self.ids), "default": list(self.default)}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Languages:
+        src, tgt = raw["default"]
+        return cls(tuple(str(c) for c in raw["codes"]), tuple(int(i) for i in raw["ids"]),
+                   (str(src), str(tgt)))
+
+
+@dataclass(frozen=True)
 class Vocabulary:
-    """Pieces by id for each side (`tgt` None: `src` serves both) and the special ids."""
+    """Pieces by id for each side (`tgt` None: `src` serves both) and the special ids;
+    `languages`: a multilingual model's language tokens (None: one language pair)."""
 
     src: tuple[str, ...]
     tgt: tuple[str, ...] | None
     specials: SpecialIds
+    languages: Languages | None = None
     _index: dict[str, dict[str, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -119,7 +152,7 @@ class Vocabulary:
                side: str = "tgt") -> str:
         """Ids -> text: the pieces without the special ids, through SentencePiece."""
         pieces, s = self.pieces(side), self.specials
-        skip = {s.pad, s.unk, s.eos, s.start}
+        skip = {s.pad, s.unk, s.eos, s.start, *(self.languages.ids if self.languages else ())}
         return proc.decode_pieces([pieces[i] for i in ids if i not in skip and i < len(pieces)])
 
     # -- checks and the file boundary
@@ -139,6 +172,8 @@ class Vocabulary:
         raw = {"src": list(self.src), "tgt": None if self.tgt is None else list(self.tgt),
                "specials": {"pad": s.pad, "unk": s.unk, "start": s.start, "eos": s.eos,
                             "banned": list(s.banned)}}
+        if self.languages is not None:
+            raw["languages"] = self.languages.to_dict()
         return json.dumps(raw, ensure_ascii=False).encode("utf-8")
 
     @classmethod
@@ -148,12 +183,14 @@ class Vocabulary:
             s = raw["specials"]
             specials = SpecialIds(int(s["pad"]), int(s["unk"]), int(s["start"]), int(s["eos"]),
                                   tuple(int(i) for i in s.get("banned", ())))
+            languages = Languages.from_dict(raw["languages"]) if raw.get("languages") else None
             vocab = cls(tuple(raw["src"]), None if raw["tgt"] is None else tuple(raw["tgt"]),
-                        specials)
+                        specials, languages)
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             raise CheckpointError(f"{where}: the vocabulary is damaged") from None
         size = len(vocab.pieces("tgt"))
         if not all(0 <= i < size for i in (specials.pad, specials.unk, specials.start,
-                                            specials.eos, *specials.banned)):
+                                            specials.eos, *specials.banned,
+                                            *(languages.ids if languages else ()))):
             raise CheckpointError(f"{where}: the vocabulary's special ids lie outside it")
         return vocab

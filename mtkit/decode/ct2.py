@@ -162,7 +162,9 @@ def _start_from_pad(spec, tokenizer: Tokenizer) -> tuple[list[str], list[str]]:
     converter does: the search can then never emit it."""
     src, tgt = tokenizer.pieces("src"), tokenizer.pieces("tgt")
     s = tokenizer.specials
-    if s.start != s.pad:
+    if s.start != s.pad:  # an imported M2M100/NLLB model starts from </s>
+        spec.config.decoder_start_token = tgt[s.start]
+        spec.config.eos_token, spec.config.unk_token = tgt[s.eos], tgt[s.unk]
         return src, tgt
     spec.decoder.start_from_zero_embedding = True
     spec.config.decoder_start_token = spec.config.eos_token = tgt[s.eos]

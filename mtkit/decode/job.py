@@ -52,6 +52,7 @@ class TranslateJob:
     quiet: bool = False  # no progress bar
     prefix_file: Path | None = None  # one target prefix per input line ("" for none)
     alignments: str | None = None  # word or subword: append each line's links; None: none
+    langs: tuple[str | None, str | None] = (None, None)  # a multilingual model's pair
 
 
 def translate_job(job: TranslateJob) -> Stats | None:
@@ -69,7 +70,9 @@ def translate_job(job: TranslateJob) -> Stats | None:
         engine=job.engine, max_tokens=job.max_tokens, option_names=OPTION_NAMES,
         **dataclasses.asdict(job.decode),
     )
-    translator.tokenizer = translator.tokenizer.tagged(job.tag)  # a tag the model lacks: error
+    # a tag or a language the model lacks: an error
+    translator.tokenizer = translator.tokenizer.tagged(job.tag).with_langs(
+        *job.langs, names=("--src-lang", "--tgt-lang"))
     in_fd = open_input(job.input_file)
     try:
         return _translate_shares(job, translator, in_fd, shard, prefixes)

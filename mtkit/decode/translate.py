@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, overload
 
 from mtkit.config import DecodeConfig, replace_checked
 from mtkit.data.batching import token_batches
+from mtkit.data.tokenizer import Tokenizer
 from mtkit.decode.align import UNITS, Aligned, Links, align, pharaoh
 from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
@@ -76,14 +77,22 @@ class Translator:
         translator.translate_aligned("Hola.")         # -> Aligned(text, links to the source)
 
     `tag`: a corpus tag the model was trained with, put before every source line.
+    `src_lang`, `tgt_lang`: a multilingual model's pair (M2M100, NLLB; None: the model's
+    default), also chosen per call:
+
+        translator.translate("Hola.", src_lang="es", tgt_lang="fr")
     """
 
     def __init__(self, engine: Engine, settings: DecodeConfig | None = None,
-                 max_tokens: int = 4096, tag: str | None = None):
+                 max_tokens: int = 4096, tag: str | None = None,
+                 src_lang: str | None = None, tgt_lang: str | None = None):
         self.engine = engine
         self.tag = tag
-        # a tag the model lacks: DataError
-        self.tokenizer = engine.tokenizer if tag is None else engine.tokenizer.tagged(tag)
+        # a tag or a language the model lacks: DataError
+        tokenizer = engine.tokenizer if tag is None else engine.tokenizer.tagged(tag)
+        if src_lang is not None or tgt_lang is not None:
+            tokenizer = tokenizer.with_langs(src_lang, tgt_lang)
+        self.tokenizer = tokenizer
         settings = settings if settings is not None else engine.recipe.decode
         if settings.stop not in engine.stop_rules:
             log.warning("this engine stops %s: decode.stop %s does not apply",
@@ -106,6 +115,8 @@ class Translator:
         max_tokens: int = 4096,
         option_names: dict[str, str] | None = None,
         tag: str | None = None,
+        src_lang: str | None = None,
+        tgt_lang: str | None = None,
         **decode: Any,
     ) -> Translator:
         """Load model file(s) (an ensemble), run directories (their model.pt) or a
@@ -130,22 +141,28 @@ class Translator:
             flag = (option_names or {}).get("stop", "stop")
             raise ConfigError(f"{flag} {settings.stop}: this engine stops only "
                               f"{' or '.join(loaded.stop_rules)}; use --engine torch")
-        return cls(loaded, settings, max_tokens, tag)  # a recipe's stop it lacks: a warning
+        # a recipe's stop the engine lacks: a warning
+        return cls(loaded, settings, max_tokens, tag, src_lang, tgt_lang)
 
     @overload
-    def translate(self, lines: str, prefixes: str | None = None) -> str: ...
+    def translate(self, lines: str, prefixes: str | None = None, src_lang: str | None = None,
+                  tgt_lang: str | None = None) -> str: ...
     @overload
-    def translate(self, lines: Sequence[str], prefixes: Sequence[str] | None = None
-                  ) -> list[str]: ...
+    def translate(self, lines: Sequence[str], prefixes: Sequence[str] | None = None,
+                  src_lang: str | None = None, tgt_lang: str | None = None) -> list[str]: ...
 
-    def translate(self, lines: str | Sequence[str],
-                  prefixes: str | Sequence[str] | None = None) -> str | list[str]:
+    def translate(self, lines: str | Sequence[str], prefixes: str | Sequence[str] | None = None,
+                  src_lang: str | None = None, tgt_lang: str | None = None) -> str | list[str]:
         """The best translation of each line, one output per input line; for one string,
         its translation (a string with line breaks is one line here, as in a request).
-        `prefixes`: the start each translation must have, one per line ("" for none)."""
+        `prefixes`: the start each translation must have, one per line ("" for none).
+        `src_lang`, `tgt_lang`: a multilingual model's pair for this call (None: the
+        translator's)."""
         if isinstance(lines, str):
-            return self.translate([lines], None if prefixes is None else [prefixes])[0]
-        return self.texts([hyps[0] for hyps in self.search(lines, prefixes=prefixes)])
+            return self.translate([lines], None if prefixes is None else [prefixes],
+                                  src_lang, tgt_lang)[0]
+        hyps = self.search(lines, prefixes=prefixes, src_lang=src_lang, tgt_lang=tgt_lang)
+        return self.texts([h[0] for h in hyps])
 
     @overload
     def translate_aligned(self, lines: str, unit: str = "word",
@@ -190,8 +207,9 @@ class Translator:
         return out
 
     def search(self, lines: Sequence[str], first_line: int | None = None,
-               prefixes: Sequence[str] | None = None,
-               numbers: Sequence[int] | None = None) -> list[list[Hypothesis]]:
+               prefixes: Sequence[str] | None = None, numbers: Sequence[int] | None = None,
+               src_lang: str | None = None, tgt_lang: str | None = None
+               ) -> list[list[Hypothesis]]:
         """n-best hypotheses per line (empty lines get one empty hypothesis).
 
         `prefixes`: target text each line's hypotheses start with, one per line ("" for
@@ -199,7 +217,11 @@ class Translator:
         pieces (so a prefix that ends inside a word is forced as those pieces, and the
         search goes on from there). `numbers`: each line's number in its input (0-based),
         which keys its samples' random streams and names it in warnings; default: from
-        `first_line` on (default: the lines translated so far)."""
+        `first_line` on (default: the lines translated so far). A multilingual model's
+        target language token leads each hypothesis (forced, before the prefix)."""
+        tokenizer = self.tokenizer  # another pair: with_langs (an unknown code: DataError)
+        if src_lang is not None or tgt_lang is not None:
+            tokenizer = tokenizer.with_langs(src_lang, tgt_lang)
         first_line = self.stats.sentences if first_line is None else first_line
         numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
         for given, what in ((prefixes, "prefixes"), (numbers, "line numbers")):
@@ -208,12 +230,12 @@ class Translator:
                                   "line")
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
-        encoded = self.tokenizer.encode_src([lines[i] for i in todo]) if todo else []
+        encoded = tokenizer.encode_src([lines[i] for i in todo]) if todo else []
         for k, ids in enumerate(encoded):
             if len(ids) > self.max_source:
                 encoded[k] = ids[: self.max_source]
                 self._warn_truncated(numbers[todo[k]] + 1, len(ids))
-        forced = self._encode_prefixes(prefixes, todo, numbers)
+        forced = self._encode_prefixes(tokenizer, prefixes, todo, numbers)
         for batch in token_batches([len(ids) + 1 for ids in encoded], self.max_tokens):
             found = self.engine.search(
                 [encoded[k] for k in batch], self.settings,
@@ -253,16 +275,17 @@ class Translator:
                             "pair (a truncated pair would get another pair's score)") from None
         return score_encoded(self.engine, src, tgt, self.max_tokens)
 
-    def _encode_prefixes(self, prefixes: Sequence[str] | None, todo: list[int],
-                         numbers: Sequence[int]) -> list[list[int]] | None:
-        """The target ids of the prefixes of the lines `todo` (empty: none), or None when
-        none has one; one longer than the model's targets is truncated (warned)."""
+    def _encode_prefixes(self, tokenizer: Tokenizer, prefixes: Sequence[str] | None,
+                         todo: list[int], numbers: Sequence[int]) -> list[list[int]] | None:
+        """The target ids of the prefixes of the lines `todo` (empty: none; a multilingual
+        model's: its language token), or None when none has one; one longer than the
+        model's targets is truncated (warned)."""
         texts = [prefixes[i] for i in todo] if prefixes is not None else []
         given = [k for k, text in enumerate(texts) if text.strip()]
-        if not given:
+        if not given and not tokenizer.target_start:
             return None
-        forced: list[list[int]] = [[] for _ in todo]
-        for k, ids in zip(given, self.tokenizer.encode_tgt([texts[k] for k in given])):
+        forced: list[list[int]] = [list(tokenizer.target_start) for _ in todo]
+        for k, ids in zip(given, tokenizer.encode_tgt([texts[k] for k in given])):
             if len(ids) > self.max_source:
                 self._warn_truncated(numbers[todo[k]] + 1, len(ids), "a prefix of ")
             forced[k] = ids[: self.max_source]
@@ -298,7 +321,8 @@ class Translator:
         return out
 
     def texts(self, hyps: list[Hypothesis]) -> list[str]:
-        """The text of each hypothesis, as `translate` prints it (never a line break)."""
+        """The text of each hypothesis, as `translate` prints it (never a line break; a
+        multilingual model's language tokens left out)."""
         texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         return [t.replace("\r", " ").replace("\n", " ") for t in texts]
 

@@ -7,6 +7,7 @@ dh = D / H, V vocabulary size.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -20,18 +21,26 @@ NEG_INF = float("-inf")
 # --------------------------------------------------------------------------- helpers
 
 
-def sinusoidal_positions(length: int, dim: int, layout: str = "interleaved") -> Tensor:
+def sinusoidal_positions(length: int, dim: int, layout: str = "interleaved",
+                         first_row: int = 0) -> Tensor:
     """The paper's fixed position table, (length, dim), interleaved sin/cos:
 
     PE[pos, 2i] = sin(pos / 10000^(2i/dim)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/dim)).
 
     layout "halves" (Marian's): the same values, the sines in columns 0..dim/2-1 and the
-    cosines in dim/2..dim-1.
+    cosines in dim/2..dim-1. Layout "fairseq" (M2M100, NLLB): sines then cosines too, but
+    at frequencies exp(-i ln 10000 / (dim/2 - 1)), and position t read from row
+    `first_row` + t of fairseq's table (its rows up to the pad id are never used).
     """
-    pos = torch.arange(length, dtype=torch.float64)[:, None]  # (length, 1)
-    inv_freq = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
+    pos = torch.arange(first_row, first_row + length, dtype=torch.float64)[:, None]  # (length, 1)
+    if layout == "fairseq":
+        half = dim // 2
+        inv_freq = torch.exp(torch.arange(half, dtype=torch.float64)
+                             * (-math.log(10000.0) / (half - 1)))  # (dim/2,)
+    else:
+        inv_freq = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
     angle = pos * inv_freq  # (length, dim/2); float64 so large positions stay accurate
-    if layout == "halves":
+    if layout != "interleaved":
         return torch.cat([angle.sin(), angle.cos()], dim=1).float()
     table = torch.empty(length, dim, dtype=torch.float64)
     table[:, 0::2] = angle.sin()

@@ -72,7 +72,9 @@ class Transformer(nn.Module):
             self.tgt_embed.weight.register_hook(functools.partial(_without_row, row=pad_id))
 
         if cfg.positions == "sinusoidal":
-            table = sinusoidal_positions(cfg.max_positions, d, cfg.position_layout)
+            # fairseq's table has the pad id's row and those before it unused: t is at pad+1+t
+            first = pad_id + 1 if cfg.position_layout == "fairseq" else 0
+            table = sinusoidal_positions(cfg.max_positions, d, cfg.position_layout, first)
             self.register_buffer("pos_table", table, persistent=False)  # rebuilt, not saved
             self.pos_embed = None
         else:

@@ -76,6 +76,8 @@ class ModelInfo:
     joint: bool
     model_type: str  # unigram or bpe; "explicit vocabulary" for an imported model's
     tags: tuple[str, ...]  # the corpus tags the source vocabulary holds (translate --tag)
+    # a multilingual model's language codes (translate --src-lang/--tgt-lang); langs its default
+    languages: tuple[str, ...]
     decode: dict[str, Any]  # the recipe's decode settings named in DECODE
     trained: Trained | None  # None: not recorded (bundles of older versions)
     resumable: bool
@@ -99,7 +101,8 @@ class ModelInfo:
             "file": {"path": str(self.path), "bytes": self.size,
                      "mtkit_version": self.mtkit_version or None,
                      "format_version": self.format_version},
-            "languages": dict(zip(("src", "tgt"), self.langs)),
+            "languages": {**dict(zip(("src", "tgt"), self.langs)),
+                          "choices": list(self.languages)},
             "architecture": self.architecture,
             "parameters": self.parameters,
             "vocabulary": {"src": self.vocab[0], "tgt": self.vocab[1], "joint": self.joint,
@@ -123,7 +126,8 @@ class ModelInfo:
                 ("written by", f"mtkit {self.mtkit_version or '(not recorded)'}, "
                                f"checkpoint format {self.format_version}")]
         vocab = "joint" if self.joint else "separate"
-        model = [("languages", " -> ".join(self.langs)),
+        choices = f" (by default; any two of {len(self.languages)}: {', '.join(self.languages)})"
+        model = [("languages", " -> ".join(self.langs) + (choices if self.languages else "")),
                  ("layers", f"{a['enc_layers']} encoder, {a['dec_layers']} decoder"),
                  *((key, str(a[key])) for key in ARCHITECTURE[2:]),
                  ("parameters", f"{self.parameters:,}"),
@@ -219,6 +223,7 @@ def model_info(path: str | Path) -> ModelInfo:
         model_type=(recipe.tokenizer.model_type if recipe.tokenizer.kind == "sentencepiece"
                     else "explicit vocabulary"),
         tags=tokenizer.tags,
+        languages=tokenizer.languages,
         decode={key: getattr(recipe.decode, key) for key in DECODE},
         trained=bundle.trained,
         resumable=bundle.train_state is not None,

@@ -57,6 +57,7 @@ class LibreRequest:
     alternatives: int  # further translations per text
     lines: tuple[str, ...]  # every text's lines, text after text
     line_counts: tuple[int, ...]  # lines per text
+    pair: tuple[str | None, str | None] = (None, None)  # a multilingual model's choice
 
 
 @dataclass(frozen=True)
@@ -187,14 +188,23 @@ def _strings(value: Any, key: str) -> list[str]:
 # --------------------------------------------------------------------------- LibreTranslate
 
 
-def libre_request(payload: Any, langs: Langs, limits: Limits) -> LibreRequest:
+def libre_request(payload: Any, langs: Langs, limits: Limits,
+                  languages: tuple[str, ...] = ()) -> LibreRequest:
+    """The request checked; `languages`: a multilingual model's codes, any two of which
+    `source` and `target` may name (source auto: the model's default)."""
     body = _object(payload)
     if "q" not in body:
         raise RequestError(422, "q: required (a string or a list of strings)")
     single = isinstance(body["q"], str)
     texts = [body["q"]] if single else _strings(body["q"], "q")
     source, target = _string(body, "source"), _string(body, "target")
-    if source not in ("auto", langs.src) or target != langs.tgt:
+    if languages:
+        for key, code in (("source", source), ("target", target)):
+            if code not in languages and not (key == "source" and code == "auto"):
+                close = difflib.get_close_matches(code, languages, n=3, cutoff=0.5)
+                hint = f" (closest: {', '.join(close)})" if close else " (see /languages)"
+                raise RequestError(400, f"{key} {code}: not a language of this model{hint}")
+    elif source not in ("auto", langs.src) or target != langs.tgt:
         raise RequestError(400, f"{source} -> {target} is not supported: this server "
                                 f"translates {langs.src} -> {langs.tgt}")
     text_format = _string(body, "format", "text")
@@ -209,8 +219,9 @@ def libre_request(payload: Any, langs: Langs, limits: Limits) -> LibreRequest:
     per_text = [split_lines(text) for text in texts]
     lines = [line for text_lines in per_text for line in text_lines]
     check_sizes(lines, limits)
+    pair = (None if source == "auto" else source, target) if languages else (None, None)
     return LibreRequest(tuple(texts), single, alternatives, tuple(lines),
-                        tuple(len(t) for t in per_text))
+                        tuple(len(t) for t in per_text), pair)
 
 
 def libre_settings(base: DecodeConfig, request: LibreRequest, limits: Limits) -> DecodeConfig:

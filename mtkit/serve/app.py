@@ -102,11 +102,13 @@ class SourceLine:
     prefix: str = ""  # the start its translation must have ("" for none)
     number: int = 0  # its place in its request: the key of its samples' random streams
     alignments: str | None = None  # the unit to align its hypotheses in, or None
+    pair: tuple[str | None, str | None] = (None, None)  # a multilingual model's languages
 
 
 def source_lines(lines: list[str], prefixes: tuple[str, ...] | None = None,
-                 alignments: str | None = None) -> list[SourceLine]:
-    return [SourceLine(text, prefixes[i] if prefixes else "", i, alignments)
+                 alignments: str | None = None,
+                 pair: tuple[str | None, str | None] = (None, None)) -> list[SourceLine]:
+    return [SourceLine(text, prefixes[i] if prefixes else "", i, alignments, pair)
             for i, text in enumerate(lines)]
 
 
@@ -141,10 +143,15 @@ def decoder(translator: Translator) -> Callable[[Any, list[Any]], list[Any]]:
             mine = own.translator = Translator(translator.engine, settings,
                                                translator.max_tokens, tag=translator.tag)
         mine.settings = settings
-        prefixes = [line.prefix for line in lines]
-        found = mine.search([line.text for line in lines],
-                            prefixes=prefixes if any(prefixes) else None,
-                            numbers=[line.number for line in lines])
+        found: list[list[Hypothesis]] = [[] for _ in lines]
+        for pair in dict.fromkeys(line.pair for line in lines):  # a search per language pair
+            chosen = [i for i, line in enumerate(lines) if line.pair == pair]
+            prefixes = [lines[i].prefix for i in chosen]
+            for i, hyps in zip(chosen, mine.search(
+                    [lines[i].text for i in chosen], prefixes=prefixes if any(prefixes) else None,
+                    numbers=[lines[i].number for i in chosen], src_lang=pair[0],
+                    tgt_lang=pair[1])):
+                found[i] = hyps
         texts = [mine.texts(hyps) for hyps in found]  # what `mtkit translate` prints
         links = line_links(mine, lines, found)
         return [Translation(tuple(t), tuple(h.score for h in hyps), len(hyps[0].tokens), each)
@@ -230,6 +237,7 @@ def build_app(service: Service) -> FastAPI:
     app.add_middleware(RequestCounter, metrics=service.metrics)
     page = resources.files("mtkit").joinpath("serve", "page.html").read_text(encoding="utf-8")
     langs = service.translator.engine.recipe.data.langs
+    codes = service.translator.tokenizer.languages
 
     _answer_errors_in_json(app)
 
@@ -247,6 +255,9 @@ def build_app(service: Service) -> FastAPI:
 
     @app.get("/languages", summary="LibreTranslate's list of languages")
     async def languages() -> list[dict[str, Any]]:
+        if codes:  # a multilingual model: any of its languages into any other
+            return [{"code": c, "name": c, "targets": [t for t in codes if t != c]}
+                    for c in codes]
         return [{"code": langs.src, "name": langs.src, "targets": [langs.tgt]}]
 
     @app.get("/metrics", response_class=PlainTextResponse,
@@ -259,10 +270,10 @@ def build_app(service: Service) -> FastAPI:
               openapi_extra=_body_schema(LIBRE_SCHEMA))
     async def translate_libre(request: Request) -> Response:
         payload = await _payload(request, service)
-        parsed = libre_request(payload, langs, service.limits)
+        parsed = libre_request(payload, langs, service.limits, codes)
         settings = libre_settings(service.settings, parsed, service.limits)
         results, _ = await _translate(request, service, settings, source_lines(
-            list(parsed.lines)))
+            list(parsed.lines), pair=parsed.pair))
         if results is None:
             return Response(status_code=CLIENT_GONE)
         return JSONResponse(libre_answer(parsed, results))

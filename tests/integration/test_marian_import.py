@@ -19,7 +19,8 @@ from builders import DATA
 from hf_marian import build_marian, load_reference
 
 from mtkit.config import DecodeConfig
-from mtkit.convert.marian import import_model, read_marian
+from mtkit.convert.importer import import_model
+from mtkit.convert.marian import read_marian
 from mtkit.data.batching import make_batch
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.translate import Translator

@@ -146,6 +146,7 @@ class WordTokenizer:
     """Words w4 .. w22 are tokens 4 .. 22."""
 
     specials = SPECIALS
+    target_start = ()  # a model of one language pair
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:
         return [[int(word[1:]) for word in line.split()] for line in lines]

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from mtkit.config import ModelConfig
-from mtkit.data.vocab import SpecialIds, Vocabulary
-from mtkit.errors import CheckpointError
+from mtkit.data.vocab import Languages, SpecialIds, Vocabulary
+from mtkit.errors import CheckpointError, DataError
 from mtkit.model.layers import sinusoidal_positions
 from mtkit.model.transformer import Transformer
 
@@ -24,6 +24,20 @@ def test_halves_hold_the_interleaved_values_sines_first():
     torch.testing.assert_close(halves[:, :4], inter[:, 0::2], rtol=0, atol=0)
     torch.testing.assert_close(halves[:, 4:], inter[:, 1::2], rtol=0, atol=0)
     assert halves[3, 0] == pytest.approx(math.sin(3.0))
+
+
+def test_fairseq_positions_start_after_the_pad_row():
+    """fairseq's table (M2M100, NLLB): frequency i is exp(-i ln 10000 / (d/2 - 1)), sines
+    then cosines, position t at row pad + 1 + t (the rows up to pad unused)."""
+    dim, pad = 8, 1
+    table = sinusoidal_positions(20, dim, "fairseq", first_row=pad + 1)
+    for t in (0, 5, 19):
+        for i in range(dim // 2):
+            angle = (pad + 1 + t) * math.exp(-i * math.log(10000) / (dim // 2 - 1))
+            assert table[t, i] == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[t, dim // 2 + i] == pytest.approx(math.cos(angle), abs=1e-6)
+    model = Transformer(replace(TINY, position_layout="fairseq"), 11, 11, pad_id=pad)
+    torch.testing.assert_close(model.pos_table, sinusoidal_positions(32, 8, "fairseq", 2))
 
 
 def test_swish_bias_and_scale_act_as_named():
@@ -82,3 +96,24 @@ def test_vocabulary_round_trips_and_refuses_damage():
     outside = Vocabulary(("</s>", "<unk>"), None, SPECIALS).to_bytes()
     with pytest.raises(CheckpointError, match="special ids lie outside"):
         Vocabulary.from_bytes(outside, "here")
+
+
+def test_languages_round_trip_and_name_the_closest_codes():
+    """M2M100/NLLB: the start is </s>, which the search may emit (it ends a hypothesis);
+    the language tokens travel with the vocabulary and are never printed."""
+    specials = SpecialIds(pad=1, unk=3, start=2, eos=2)
+    assert specials.never_emitted == (1,)
+    pieces = ("<s>", "<pad>", "</s>", "<unk>", "▁a", "b", "eng_Latn", "spa_Latn", "<mask>")
+    languages = Languages(("eng_Latn", "spa_Latn"), (6, 7), ("spa_Latn", "eng_Latn"))
+    vocab = Vocabulary(pieces, None, specials, languages)
+    again = Vocabulary.from_bytes(vocab.to_bytes(), "here")
+    assert again == vocab and again.languages == languages
+    assert languages.id_of("eng_Latn", "tgt") == 6
+    with pytest.raises(DataError, match=r"^--tgt-lang eng_Lat: not a language of this model "
+                                        r"\(closest: eng_Latn"):
+        languages.id_of("eng_Lat", "--tgt-lang")
+    with pytest.raises(DataError, match=r"xx: not a language of this model \(it has 2; "):
+        languages.id_of("xx", "src_lang")
+    outside = Vocabulary(pieces, None, specials, Languages(("x",), (9,), ("x", "x")))
+    with pytest.raises(CheckpointError, match="special ids lie outside"):
+        Vocabulary.from_bytes(outside.to_bytes(), "here")

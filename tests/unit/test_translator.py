@@ -38,6 +38,7 @@ class LetterTokenizer:
 
     ids = {"a": A, "b": B, "c": C, "d": D}
     specials = SPECIALS
+    target_start = ()  # a model of one language pair
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:
         return [[self.ids[word] for word in line.split()] for line in lines]

@@ -1,0 +1,245 @@
+"""`mtkit import` of M2M100 and NLLB models, exact against `transformers` (the reference):
+tiny random models built in the test (tests/hf_m2m.py), both tokenizer formats.
+
+Teacher-forced log-probabilities within 1e-4; greedy equal to generate() with
+forced_bos_token_id (the target language); beam 4 equal at length penalty 0; the
+training loss of one batch (labels `[tgt] y </s>`, decoder inputs `</s> [tgt] y`) equal to
+model(..., labels=...).loss; the tokenizer equal to M2M100Tokenizer, and to fairseq's
+offset for NLLB.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+from builders import DATA
+from hf_m2m import build_m2m, load_reference
+from test_marian_import import CAP, _generated, _Pairs, padded
+
+from mtkit.config import DecodeConfig
+from mtkit.convert.importer import import_model, read_model
+from mtkit.data.batching import make_batch
+from mtkit.decode.engine import TorchEngine
+from mtkit.errors import CheckpointError, DataError
+from mtkit.model.checkpoint import load_checkpoint
+from mtkit.model.loss import label_smoothed_nll
+
+transformers = pytest.importorskip("transformers")
+
+LINES = (DATA / "dev.es").read_text(encoding="utf-8").splitlines()[:10]
+TARGETS = (DATA / "dev.en").read_text(encoding="utf-8").splitlines()[:10]
+
+
+@pytest.fixture(scope="module", params=["m2m100", "nllb"])
+def m2m(request, tmp_path_factory):
+    """(directory, reference model, imported bundle) for one tokenizer format."""
+    out = build_m2m(tmp_path_factory.mktemp("m2m") / request.param, request.param)
+    return out, load_reference(out), read_model(out)
+
+
+def sources(tokenizer) -> torch.Tensor:
+    eos = tokenizer.specials.eos
+    return padded([ids + [eos] for ids in tokenizer.encode_src(LINES)], tokenizer.specials.pad)
+
+
+def test_the_tokenizer_is_the_references(m2m):
+    directory, _, bundle = m2m
+    tok = bundle.tokenizer()
+    eos = tok.specials.eos
+    if (directory / "vocab.json").is_file():
+        reference = transformers.M2M100Tokenizer(
+            str(directory / "vocab.json"), str(directory / "sentencepiece.bpe.model"),
+            src_lang="de", tgt_lang="en", language_codes="wmt21")
+        assert tok.langs == ("de", "en")
+        assert reference(LINES).input_ids == [ids + [eos] for ids in tok.encode_src(LINES)]
+        labels = reference(text_target=TARGETS).input_ids
+        assert labels == [ids + [eos] for ids in tok.encode_tgt(TARGETS)]
+        assert tok.decode_tgt(labels) == reference.batch_decode([row[1:] for row in labels],
+                                                                skip_special_tokens=True)
+        other = tok.with_langs("ru", "zh")
+        assert other.encode_src(LINES[:1])[0][0] == reference.get_lang_id("ru")
+        assert other.encode_tgt(TARGETS[:1])[0][0] == reference.get_lang_id("zh")
+    else:  # NLLB: SentencePiece's id + 1, its unknown <unk> 3; the codes after the pieces
+        proc = spm.SentencePieceProcessor(model_file=str(directory / "sentencepiece.bpe.model"))
+        assert tok.langs == ("spa_Latn", "eng_Latn")
+        size = proc.vocab_size()
+        assert tok.languages == ("eng_Latn", "fra_Latn", "spa_Latn", "deu_Latn")
+        assert tok.pieces("src")[size + 1: size + 6] == [*tok.languages, "<mask>"]
+        spa = size + 1 + 2
+        for line, ids in zip(LINES, tok.encode_src(LINES)):
+            expected = [i + 1 if i else 3 for i in proc.encode(line)]
+            assert ids == [spa, *expected]
+        known = [[i for i in proc.encode(t) if i] for t in TARGETS]  # <unk> left out
+        assert tok.decode_tgt(tok.encode_tgt(TARGETS)) == [proc.decode(ids) for ids in known]
+    assert tok.encode_src(LINES * 7) == tok.encode_src(LINES) * 7  # batched (>= 64 lines)
+
+
+def test_teacher_forced_log_probs_match(m2m):
+    _, reference, bundle = m2m
+    tok = bundle.tokenizer()
+    model = bundle.model(tok)
+    pad = tok.specials.pad
+    src = sources(tok)
+    tgt = tok.encode_tgt(TARGETS)
+    tgt_in = padded([[tok.specials.start, *ids] for ids in tgt], pad)
+    with torch.no_grad():
+        ours = model(src, tgt_in).log_softmax(-1)
+        theirs = reference(input_ids=src, attention_mask=src.ne(pad),
+                           decoder_input_ids=tgt_in).logits.log_softmax(-1)
+    real = torch.zeros(tgt_in.shape, dtype=torch.bool)
+    for i, ids in enumerate(tgt):
+        real[i, : len(ids) + 1] = True
+    assert real.sum() > 100
+    torch.testing.assert_close(ours[real], theirs[real], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_search_equals_generate(m2m, beam):
+    """The target language forced first (mtkit: a forced prefix; generate():
+    forced_bos_token_id), then free; </s> may end a hypothesis."""
+    _, reference, bundle = m2m
+    tok = bundle.tokenizer()
+    engine = TorchEngine([bundle.model(tok)], tok, bundle.recipe)
+    settings = DecodeConfig(beam=beam, lenpen=0.0, max_len_a=0.0, max_len_b=CAP)
+    lang = list(tok.target_start)
+    found = engine.search(tok.encode_src(LINES), settings, prefixes=[lang] * len(LINES))
+    ours = [hyps[0].tokens for hyps in found]
+    assert all(row[:1] == lang for row in ours)
+    s = tok.specials
+    theirs = _generated(reference, sources(tok), s.pad, s.eos, num_beams=beam,
+                        length_penalty=0.0, forced_bos_token_id=lang[0],
+                        bad_words_ids=[[s.pad]])
+    assert ours == theirs
+    assert s.eos not in s.never_emitted
+    assert any(len(row) <= CAP for row in ours)  # some end on </s>, not only at the cap
+
+
+def test_translator_chooses_the_pair_per_call(m2m):
+    from mtkit.decode.translate import Translator
+
+    _, _, bundle = m2m
+    tok = bundle.tokenizer()
+    translator = Translator(TorchEngine([bundle.model(tok)], tok, bundle.recipe),
+                            DecodeConfig(beam=1, max_len_a=0.0, max_len_b=CAP))
+    src, tgt = tok.langs
+    other = tok.languages[0] if tok.languages[0] != tgt else tok.languages[1]
+    default = translator.translate(LINES[:3])
+    assert translator.translate(LINES[:3], src_lang=src, tgt_lang=tgt) == default
+    hyps = translator.search(LINES[:3], tgt_lang=other)
+    forced = tok.with_langs(None, other).target_start[0]
+    assert all(h[0].tokens[0] == forced for h in hyps)
+    with pytest.raises(DataError, match=f"tgt_lang {tgt[:-1]}: not a language of this "
+                                        f"model \\(closest: {tgt}"):
+        translator.translate(LINES[:1], tgt_lang=tgt[:-1])
+
+
+def test_training_loss_equals_the_references(m2m):
+    """Labels `[tgt] y </s>`, decoder inputs `</s> [tgt] y`, the loss ignoring only pad."""
+    _, reference, bundle = m2m
+    tok = bundle.tokenizer()
+    model = bundle.model(tok)
+    pairs = _Pairs(tok.encode_src(LINES), tok.encode_tgt(TARGETS))
+    batch = make_batch(pairs, list(range(len(LINES))), tok.specials)
+    pad = tok.specials.pad
+    assert (batch.tgt_in[:, 0] == tok.specials.eos).all()
+    assert (batch.tgt_in[:, 1] == tok.target_start[0]).all()
+    assert (batch.tgt_out[:, 0] == tok.target_start[0]).all()
+    with torch.no_grad():
+        _, nll, count = label_smoothed_nll(model(batch.src, batch.tgt_in), batch.tgt_out, 0.0,
+                                           pad)
+        labels = batch.tgt_out.masked_fill(batch.tgt_out == pad, -100)
+        theirs = reference(input_ids=batch.src, attention_mask=batch.src.ne(pad),
+                           labels=labels).loss
+    assert float(nll) / count == pytest.approx(float(theirs), abs=1e-4)
+
+
+def test_the_bundle_round_trips(m2m, tmp_path):
+    directory, _, bundle = m2m
+    out = tmp_path / "model.pt"
+    codes = bundle.tokenizer().languages
+    import_model(directory, out, src_lang=codes[1], tgt_lang=codes[0])
+    loaded = load_checkpoint(out)
+    assert loaded.imported.format == "m2m_100"
+    assert (loaded.recipe.data.langs.src, loaded.recipe.data.langs.tgt) == (codes[1], codes[0])
+    assert loaded.tokenizer().langs == (codes[1], codes[0])
+    assert loaded.recipe.model.position_layout == "fairseq"
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _broken(directory: Path, tmp_path: Path, edit) -> Path:
+    copy = tmp_path / "broken"
+    shutil.copytree(directory, copy)
+    edit(copy)
+    return copy
+
+
+def _config(change):
+    def edit(copy: Path) -> None:
+        value = json.loads((copy / "config.json").read_text())
+        change(value)
+        (copy / "config.json").write_text(json.dumps(value))
+    return edit
+
+
+def _truncate(copy: Path) -> None:
+    path = copy / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-1000])
+
+
+BAD = [
+    (_config(lambda v: v.update(_name_or_path="facebook/nllb-moe-54b")), "nllb-moe-54b"),
+    (_truncate, "truncated or damaged safetensors file"),
+    (lambda c: (c / "tokenizer_config.json").write_text("{}"), "lists no language tokens"),
+    (lambda c: (c / "tokenizer_config.json").write_text('{"legacy_behaviour": true}'),
+     "legacy_behaviour true"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), BAD,
+                         ids=["moe", "truncated", "no-languages", "legacy"])
+def test_bad_input_is_one_line_and_writes_nothing(m2m, tmp_path, edit, message):
+    directory, _, _ = m2m
+    broken = _broken(directory, tmp_path, edit)
+    out = tmp_path / "out" / "model.pt"
+    with pytest.raises(CheckpointError, match=message) as info:
+        import_model(broken, out)
+    assert "\n" not in str(info.value)
+    assert not out.exists()
+
+
+def test_an_unknown_default_language_names_the_closest(m2m, tmp_path):
+    directory, _, bundle = m2m
+    code = bundle.tokenizer().languages[2]
+    with pytest.raises(CheckpointError, match=f"--tgt-lang {code}x: not a language of this "
+                                              f"model \\(closest: {code}"):
+        import_model(directory, tmp_path / "m.pt", tgt_lang=code + "x")
+
+
+def test_an_incomplete_sharded_or_fp16_checkpoint_is_one_line(m2m, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    directory, _, _ = m2m
+    sharded, half = tmp_path / "sharded", tmp_path / "fp16"
+    for copy in (sharded, half):
+        shutil.copytree(directory, copy)
+        (copy / "model.safetensors").unlink()
+    load_reference(directory).save_pretrained(sharded, max_shard_size="20KB")
+    shards = sorted(sharded.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    shards[-1].unlink()
+    with pytest.raises(CheckpointError, match=f"the shard {shards[-1].name} the index names "
+                                              "is missing"):
+        read_model(sharded)
+    load_reference(directory).half().save_pretrained(half)
+    tensors = load_file(half / "model.safetensors")
+    del tensors["model.decoder.layer_norm.weight"]
+    save_file(tensors, half / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="the weights lack model.decoder.layer_norm.weight"):
+        read_model(half)
