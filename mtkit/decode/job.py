@@ -21,13 +21,8 @@ from typing import BinaryIO
 from mtkit.decode.align import UNITS
 from mtkit.decode.choices import OPTION_NAMES, DecodeChoices
 from mtkit.decode.shard import Shard, line_range, receive_shares, send_share
-from mtkit.decode.translate import (
-    Prefixes,
-    Stats,
-    Translator,
-    decode_lines,
-    translate_stream,
-)
+from mtkit.decode.stream import Prefixes, decode_lines, translate_stream
+from mtkit.decode.translate import Stats, Translator
 from mtkit.errors import ConfigError
 from mtkit.files.atomic import atomic_write
 from mtkit.files.textio import count_lines

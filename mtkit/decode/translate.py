@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import os
-import select
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, overload
+from typing import Any, overload
 
 from mtkit.config import DecodeConfig, replace_checked
 from mtkit.data.batching import token_batches
@@ -29,7 +25,6 @@ from mtkit.decode.engine import Engine, load_engine
 from mtkit.decode.scoring import PairScore, TooLong, encode_pairs, score_encoded
 from mtkit.decode.search import Hypothesis
 from mtkit.errors import CheckpointError, ConfigError, DataError
-from mtkit.progress import progress_bar
 from mtkit.runtime.devices import resolve_device, set_threads
 
 log = logging.getLogger("mtkit")
@@ -341,117 +336,3 @@ def model_file(path: Path) -> Path:
                               f"finished); give -m {last} to use its latest weights")
     raise CheckpointError(f"{path}: a directory without model.pt; give a model file, a run "
                           "directory or a directory `mtkit export` wrote")
-
-
-# --------------------------------------------------------------------------- streaming
-
-
-def read_line_buffers(fd: int, max_lines: int, byte_limit: int | None = None
-                      ) -> Iterator[list[bytes]]:
-    """Yield lists of raw lines (split on b'\\n' only) as soon as input pauses or
-    `max_lines` are waiting, so interactive use answers each line at once while a
-    pipe or file is processed in full buffers. `byte_limit`: read no more than that
-    (a shard of a file, from where fd stands)."""
-    pending = b""
-    lines: list[bytes] = []
-    left = byte_limit if byte_limit is not None else math.inf
-    while left > 0:
-        while len(lines) >= max_lines:
-            yield lines[:max_lines]
-            lines = lines[max_lines:]
-        if lines and not _readable_now(fd):
-            yield lines
-            lines = []
-        chunk = os.read(fd, int(min(left, 1 << 16)))
-        if not chunk:
-            break
-        left -= len(chunk)
-        pending += chunk
-        if b"\n" in chunk:
-            *complete, pending = pending.split(b"\n")
-            lines.extend(complete)
-    if pending:
-        lines.append(pending)
-    while lines:
-        yield lines[:max_lines]
-        lines = lines[max_lines:]
-
-
-def _readable_now(fd: int) -> bool:
-    try:
-        ready, _, _ = select.select([fd], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(ready)
-
-
-def decode_lines(raw: list[bytes], stats: Stats) -> list[str]:
-    lines = []
-    for line in raw:
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        try:
-            lines.append(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            stats.invalid_utf8 += 1
-            lines.append(line.decode("utf-8", errors="replace"))
-    return lines
-
-
-@dataclass(frozen=True)
-class Prefixes:
-    """A whole input's prefixes, one per input line ("" for none), for `translate_stream`."""
-
-    lines: tuple[str, ...]
-    name: str  # the file they come from
-    input_name: str  # the input's file, or stdin
-
-    def mismatch(self, input_lines: int | str) -> ConfigError:
-        return ConfigError(f"--prefix {self.name} has {len(self.lines)} lines, "
-                           f"{self.input_name} {input_lines}: give one prefix per input line "
-                           "(an empty line for none)")
-
-    def of(self, first: int, count: int) -> tuple[str, ...]:
-        """The prefixes of input lines first .. first + count - 1."""
-        chosen = self.lines[first : first + count]
-        if len(chosen) < count:
-            raise self.mismatch("more")
-        return chosen
-
-
-def translate_stream(
-    translator: Translator, in_fd: int, out: BinaryIO, buffer_lines: int = 2000,
-    scores: bool = False, total_lines: int | None = None, progress: bool = False,
-    first_line: int = 0, byte_limit: int | None = None, prefixes: Prefixes | None = None,
-    alignments: str | None = None,
-) -> Stats:
-    """Translate everything readable from in_fd to out, flushing after every buffer.
-    `progress`: a bar on stderr when it is a terminal (with an ETA given `total_lines`).
-    A shard of a file: in_fd stands at its line `first_line`, `byte_limit` bytes long.
-    `prefixes`: the whole input's, by line number (a shard takes its own lines').
-    `alignments`: a unit (word, subword) to add every line's links in, or None."""
-    start = time.perf_counter()
-    index = first_line
-    bar = progress_bar(total_lines, "line", enabled=progress)
-    for raw in read_line_buffers(in_fd, buffer_lines, byte_limit):
-        lines = decode_lines(raw, translator.stats)
-        chosen = prefixes.of(index, len(lines)) if prefixes is not None else None
-        results = translator.search(lines, index, prefixes=chosen)
-        links = None if alignments is None else translator.align(lines, results, alignments)
-        text = "".join(line + "\n" for line in translator.format(results, index, scores, links))
-        out.write(text.encode("utf-8"))
-        out.flush()
-        index += len(lines)
-        if bar is not None:
-            bar.update(len(lines))
-    if bar is not None:
-        bar.close()
-    if prefixes is not None and byte_limit is None and index != len(prefixes.lines):
-        raise prefixes.mismatch(index)  # (a file's lines were counted before: stdin's)
-    translator.stats.seconds = time.perf_counter() - start
-    if translator.stats.invalid_utf8:
-        log.warning(
-            "%d input lines had invalid UTF-8; bad bytes were replaced with U+FFFD",
-            translator.stats.invalid_utf8,
-        )
-    return translator.stats

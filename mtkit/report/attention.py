@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.forced import decoder_layer, forced_pass
-from mtkit.decode.translate import Stats, Translator, decode_lines
+from mtkit.decode.stream import decode_lines
+from mtkit.decode.translate import Stats, Translator
 from mtkit.errors import ConfigError, DataError
 from mtkit.files.atomic import atomic_write
 from mtkit.report.plot import figure_classes

@@ -343,24 +343,6 @@ class ScoreRequest:
 
 SCORE_FIELDS = ("pairs", "source", "target", "tag", "api_key")
 # for the OpenAPI page (/docs), beside the app's other request schemas
-SCORE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "pairs": {"type": "array", "items": {"type": "array", "items": {"type": "string"},
-                                             "minItems": 2, "maxItems": 2},
-                  "description": "[source, target] pairs, one line each (or source and "
-                  "target)."},
-        "source": {"type": "array", "items": {"type": "string"}},
-        "target": {"type": "array", "items": {"type": "string"},
-                   "description": "One translation per item of source."},
-        "tag": {"type": "string", "description": "A corpus tag before every source "
-                "(default: the server's --tag)."},
-        "api_key": {"type": "string"},
-    },
-    "example": {"pairs": [["Hola.", "Hello."], ["¿Qué tal?", "How are you?"]]},
-}
-
-
 def score_request(payload: Any, limits: Limits) -> ScoreRequest:
     """`pairs` ([[source, target], ...]) or `source` and `target` (two lists of one
     length), one line per string; `tag` optional. The limits are translate's, a pair

@@ -38,7 +38,6 @@ from mtkit.decode.translate import Translator
 from mtkit.errors import DataError
 from mtkit.report.info import ARCHITECTURE
 from mtkit.serve.api import (
-    SCORE_SCHEMA,
     Limits,
     RequestError,
     ScoreRequest,
@@ -56,6 +55,7 @@ from mtkit.serve.api import (
 )
 from mtkit.serve.batcher import Batcher, BatcherClosed, QueueFull
 from mtkit.serve.metrics import CONTENT_TYPE, ServeMetrics
+from mtkit.serve.schemas import LIBRE_SCHEMA, NATIVE_SCHEMA, SCORE_SCHEMA, body_schema
 
 log = logging.getLogger("mtkit")
 
@@ -267,7 +267,7 @@ def build_app(service: Service) -> FastAPI:
         return Response(text, media_type=CONTENT_TYPE)
 
     @app.post("/translate", summary="LibreTranslate-compatible translation",
-              openapi_extra=_body_schema(LIBRE_SCHEMA))
+              openapi_extra=body_schema(LIBRE_SCHEMA))
     async def translate_libre(request: Request) -> Response:
         payload = await _payload(request, service)
         parsed = libre_request(payload, langs, service.limits, codes)
@@ -279,7 +279,7 @@ def build_app(service: Service) -> FastAPI:
         return JSONResponse(libre_answer(parsed, results))
 
     @app.post("/v1/translate", summary="Lines in, hypotheses and scores out",
-              openapi_extra=_body_schema(NATIVE_SCHEMA))
+              openapi_extra=body_schema(NATIVE_SCHEMA))
     async def translate_native(request: Request) -> Response:
         payload = await _payload(request, service)
         parsed = native_request(payload, service.limits)
@@ -291,7 +291,7 @@ def build_app(service: Service) -> FastAPI:
         return JSONResponse(native_answer(settings, results, parsed.scores, truncated))
 
     @app.post("/v1/score", summary="Given translations scored: log-probabilities",
-              openapi_extra=_body_schema(SCORE_SCHEMA))
+              openapi_extra=body_schema(SCORE_SCHEMA))
     async def score(request: Request) -> Response:
         payload = await _payload(request, service)
         parsed = score_request(payload, service.limits)
@@ -414,53 +414,3 @@ class RequestCounter:
             endpoint = path if path in ENDPOINTS or path.startswith("/docs") else "other"
             seconds = time.perf_counter() - start if path in TRANSLATION_ENDPOINTS else None
             self.metrics.count_request(endpoint, status, seconds)
-
-
-# --------------------------------------------------------------------------- OpenAPI
-# The routes read their bodies themselves (to bound them and word every error), so the
-# request schemas for /docs are written out here.
-
-LIBRE_SCHEMA = {
-    "type": "object", "required": ["q", "source", "target"],
-    "properties": {
-        "q": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
-              "description": "Text (lines separated by \\n), or a list of texts."},
-        "source": {"type": "string", "description": "The model's source language, or auto."},
-        "target": {"type": "string", "description": "The model's target language."},
-        "format": {"type": "string", "enum": ["text"], "default": "text"},
-        "alternatives": {"type": "integer", "minimum": 0, "default": 0,
-                         "description": "Further translations per text (from the n-best)."},
-        "api_key": {"type": "string"},
-    },
-    "example": {"q": "En el principio creó Dios los cielos y la tierra.", "source": "es",
-                "target": "en", "format": "text"},
-}
-NATIVE_SCHEMA = {
-    "type": "object", "required": ["text"],
-    "properties": {
-        "text": {"type": "array", "items": {"type": "string"}, "description": "One line each."},
-        "beam": {"type": "integer", "minimum": 1},
-        "lenpen": {"type": "number", "minimum": 0},
-        "nbest": {"type": "integer", "minimum": 1, "description": "At most beam."},
-        "scores": {"type": "boolean", "default": False},
-        "prefix": {"type": "array", "items": {"type": "string"},
-                   "description": "One per line of text (\"\" for none): the start each "
-                   "translation must have."},
-        "sampling": {"type": "string", "description": "none (beam search), full, topk:K or "
-                     "topp:P: draw nbest translations per line at random."},
-        "temperature": {"type": "number", "exclusiveMinimum": 0},
-        "seed": {"type": "integer", "minimum": 0, "description": "The same seed repeats the "
-                 "same samples of a line."},
-        "alignments": {"type": "boolean", "default": False, "description": "Each hypothesis "
-                       "with its alignment: [i, j] links, source word i to output word j."},
-        "alignment_unit": {"type": "string", "enum": ["word", "subword"], "default": "word",
-                           "description": "What i and j count: whitespace words or pieces."},
-        "api_key": {"type": "string"},
-    },
-    "example": {"text": ["Hola.", "¿Qué tal?"], "nbest": 2, "beam": 4, "scores": True},
-}
-
-
-def _body_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"requestBody": {"required": True,
-                            "content": {"application/json": {"schema": schema}}}}

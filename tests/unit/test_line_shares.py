@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mtkit.decode.shard import Shard, line_range
-from mtkit.decode.translate import read_line_buffers
+from mtkit.decode.stream import read_line_buffers
 from mtkit.errors import ConfigError
 from mtkit.files.textio import count_lines, line_offsets
 

@@ -13,7 +13,8 @@ from mtkit.config import DecodeConfig, Sampling, recipe_from_dict, replace_check
 from mtkit.decode.choices import OPTION_NAMES
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.search import Hypothesis
-from mtkit.decode.translate import Prefixes, Translator
+from mtkit.decode.stream import Prefixes
+from mtkit.decode.translate import Translator
 from mtkit.errors import ConfigError
 
 LINES = ["a b", "", "c", "d d a", "b", "a", "c c c", "d"]

@@ -27,7 +27,8 @@ from builders import (
 
 from mtkit.config import DecodeConfig, ModelConfig, recipe_from_dict
 from mtkit.decode.engine import TorchEngine
-from mtkit.decode.translate import Translator, model_file, read_line_buffers
+from mtkit.decode.stream import read_line_buffers
+from mtkit.decode.translate import Translator, model_file
 from mtkit.errors import CheckpointError
 from mtkit.model.loss import label_smoothed_nll
 from mtkit.model.transformer import Transformer
