@@ -52,7 +52,7 @@ def attention(
     lines: int = typer.Option(1, "--lines", metavar="N",
                               help="Draw the first N lines of stdin, a picture each."),
     layer: int | None = typer.Option(
-        None, "--layer", metavar="N", show_default="the penultimate",
+        None, "--layer", metavar="N", show_default="the alignment layer (decode.alignment_layer)",
         help="The decoder layer to draw, from 0 (negative: from the end), heads averaged."),
     every_head: bool = typer.Option(False, "--all",
                                     help="Every layer (rows) and head (columns), a grid."),

@@ -6,7 +6,8 @@ those given), and its best translation run once more through the model, teacher-
 (decode/forced.py), for the attention weights of the chosen decoder layer: row t is the
 position that wrote output piece t (the last, EOS), each row a distribution over the
 source pieces and the source's EOS. One layer, heads averaged (by default the
-penultimate, the layer word alignments read), or every layer and head as a grid. Needs
+layer word alignments read, the model's decode.alignment_layer: the penultimate unless
+set), or every layer and head as a grid. Needs
 matplotlib (the `[plot]` extra), imported only where a figure is drawn.
 """
 
@@ -58,17 +59,11 @@ class AttentionJob:
     models: tuple[Path, ...]
     output: Path  # FILE.png; several sentences: FILE-1.png, FILE-2.png, ...
     lines: int = 1  # the first N lines of the input
-    layer: int | None = None  # None: default_layer
+    layer: int | None = None  # None: the model's alignment layer
     every_head: bool = False  # every layer and head, a grid
     beam: int | None = None  # None: the model's decode settings
     tag: str | None = None
     device: str = "auto"
-
-
-def default_layer(layer_count: int) -> int:
-    """The penultimate decoder layer (the last of a one-layer decoder): the layer the
-    word alignments read, its attention the most aligned with the words in practice."""
-    return max(layer_count - 2, 0)
 
 
 def attention_pictures(job: AttentionJob, stdin: BinaryIO | None = None) -> list[Path]:
@@ -123,7 +118,7 @@ def picture_paths(output: Path, count: int, numbered: bool) -> list[Path]:
 def attention_maps(translator: Translator, sentences: Sequence[str], layer: int | None = None,
                    every_head: bool = False) -> list[AttentionMap]:
     """Each sentence translated (best hypothesis) and its cross-attention: of `layer`
-    (None: default_layer; negative: from the end), heads averaged, or of every layer and
+    (None: the alignment layer; negative: from the end), heads averaged, or of every layer and
     head (one model only)."""
     layers = chosen_layers(translator, layer, every_head)
     models = translator.engine.models  # (a TorchEngine: chosen_layers checked)
@@ -157,9 +152,10 @@ def chosen_layers(translator: Translator, layer: int | None, every_head: bool
     count = len(engine.models[0].decoder)
     if every_head:
         return tuple(range(count))
+    if layer is None:  # the layer word alignments read: the model's decode.alignment_layer
+        return (translator.settings.alignment_index(count),)
     try:
-        return (decoder_layer(engine.models[0], default_layer(count) if layer is None
-                              else layer),)
+        return (decoder_layer(engine.models[0], layer),)
     except ValueError as exc:
         raise ConfigError(f"--layer {layer}: {exc}") from None
 
