@@ -22,13 +22,13 @@ from mtkit.config.sampling import decode_stamp
 from mtkit.data.binarize import binarize
 from mtkit.data.corpora import training_fingerprints, training_splits
 from mtkit.data.manifest import Manifest, load_manifest
-from mtkit.data.tokenizer import (
-    Tokenizer,
+from mtkit.data.run_tokenizer import (
     given_tokenizer,
     load_recipe_tokenizer,
     train_recipe_tokenizer,
     write_tokenizer,
 )
+from mtkit.data.tokenizer import Tokenizer
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.translate import Translator
 from mtkit.errors import ConfigError, MtkitError

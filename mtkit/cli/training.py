@@ -44,7 +44,8 @@ def spm_train(
     ),
 ) -> None:
     """Train the SentencePiece tokenizer (from a recipe or from flags)."""
-    from mtkit.data.tokenizer import train_recipe_tokenizer, train_sentencepiece
+    from mtkit.data.run_tokenizer import train_recipe_tokenizer
+    from mtkit.data.tokenizer import train_sentencepiece
 
     if recipe is not None:
         loaded = load_recipe(recipe, overrides)
@@ -94,7 +95,8 @@ def binarize(
 ) -> None:
     """Encode parallel text into memory-mapped token arrays."""
     from mtkit.data.binarize import binarize as binarize_files
-    from mtkit.data.tokenizer import Tokenizer, load_recipe_tokenizer
+    from mtkit.data.run_tokenizer import load_recipe_tokenizer
+    from mtkit.data.tokenizer import Tokenizer
     from mtkit.pipeline import binarize_recipe
     from mtkit.train.run import RunPaths
 

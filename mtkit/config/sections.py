@@ -381,9 +381,8 @@ class DecodeConfig:
             )
 
     def alignment_index(self, depth: int) -> int | None:
-        """The index of decoder layer `alignment_layer` (negative: from the end) in a
-        decoder of `depth` layers, None when it has no such layer. The penultimate (-2) of a
-        one-layer decoder is its only layer, so that the default suits every model."""
+        """Decoder layer `alignment_layer` (negative: from the end) of `depth` as an index,
+        or None; -2 of a one-layer decoder is its only layer: the default suits any model."""
         layer = self.alignment_layer
         if layer == -2 and depth == 1:
             return 0

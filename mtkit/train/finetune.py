@@ -15,7 +15,8 @@ import logging
 from pathlib import Path
 
 from mtkit.config import Recipe, changed_fields
-from mtkit.data.tokenizer import Tokenizer, require_tags, write_tokenizer
+from mtkit.data.run_tokenizer import require_tags, write_tokenizer
+from mtkit.data.tokenizer import Tokenizer
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.files.textio import file_fingerprint
 from mtkit.model.checkpoint import Bundle, Parent, load_checkpoint

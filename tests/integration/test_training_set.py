@@ -15,7 +15,8 @@ from mtkit.config import recipe_from_dict
 from mtkit.data.batching import BatchSampler
 from mtkit.data.binarize import binarize
 from mtkit.data.corpora import TrainingSet, training_splits
-from mtkit.data.tokenizer import Tokenizer, train_recipe_tokenizer
+from mtkit.data.run_tokenizer import train_recipe_tokenizer
+from mtkit.data.tokenizer import Tokenizer
 from mtkit.errors import DataError
 from mtkit.pipeline import binarize_recipe
 from mtkit.train.run import RunPaths

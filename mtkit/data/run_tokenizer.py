@@ -1,0 +1,94 @@
+"""A run's tokenizer on disk: trained from its recipe, given by it (`tokenizer.model`), or
+written from a checkpoint's bytes, in the files a run keeps (tokenizer.py reads them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtkit.config import Recipe
+from mtkit.data.tokenizer import VOCAB_FILE, Tokenizer, train_sentencepiece
+from mtkit.errors import ConfigError, DataError
+from mtkit.files.atomic import atomic_write_bytes
+
+
+def model_paths(out_dir: Path, joint: bool) -> tuple[Path, Path | None]:
+    if joint:
+        return out_dir / "spm.model", None
+    return out_dir / "spm.src.model", out_dir / "spm.tgt.model"
+
+
+def train_recipe_tokenizer(recipe: Recipe, out_dir: Path) -> Tokenizer:
+    """Train the recipe's tokenizer on its training data into `out_dir`."""
+    t, corpora = recipe.tokenizer, recipe.data.train
+    options = dict(
+        vocab_size=t.vocab_size,
+        model_type=t.model_type,
+        character_coverage=t.character_coverage,
+        input_sentence_size=t.input_sentence_size,
+        seed=t.seed,
+    )
+    srcs, tgts = [c.src for c in corpora], [c.tgt for c in corpora]
+    out_dir = Path(out_dir)
+    if t.joint:
+        train_sentencepiece(srcs + tgts, out_dir / "spm", tags=recipe.data.tags, **options)
+    else:
+        train_sentencepiece(srcs, out_dir / "spm.src", tags=recipe.data.tags, **options)
+        train_sentencepiece(tgts, out_dir / "spm.tgt", **options)
+    return load_recipe_tokenizer(out_dir, t.joint)
+
+
+def given_tokenizer(recipe: Recipe) -> Tokenizer:
+    """The SentencePiece model(s) tokenizer.model names, checked against the recipe (its
+    `joint` and its tags); ConfigError naming the key otherwise."""
+    path, joint = recipe.tokenizer.model, recipe.tokenizer.joint
+    if path is None:
+        raise ValueError("the recipe has no tokenizer.model")  # a bug: callers check
+    if path.is_dir():
+        src, tgt = model_paths(path, joint)
+    elif joint:
+        src, tgt = path, None
+    else:
+        raise ConfigError(f"tokenizer.model: {path} is one model; with tokenizer.joint: false "
+                          "name a directory holding spm.src.model and spm.tgt.model")
+    try:
+        tokenizer = Tokenizer.from_files(src, tgt)
+    except DataError as exc:
+        raise ConfigError(f"tokenizer.model: {exc}") from None
+    require_tags(tokenizer, recipe.data.tags, f"tokenizer.model: {src}")
+    return tokenizer
+
+
+def require_tags(tokenizer: Tokenizer, tags: tuple[str, ...], where: str) -> None:
+    """ConfigError unless a SentencePiece model made elsewhere holds the recipe's tags."""
+    missing = [tag for tag in tags if tag not in tokenizer.tags]
+    if missing:
+        raise ConfigError(f"{where} has no tag {missing[0]} (its tags: "
+                          f"{', '.join(tokenizer.tags) or 'none'}); a run can use only the "
+                          "tags of a SentencePiece model it did not train")
+
+
+def write_tokenizer(tokenizer: Tokenizer, out_dir: Path) -> Tokenizer:
+    """Write a tokenizer's model(s) into out_dir, byte for byte, as a run keeps them (and
+    its explicit vocabulary, if it has one)."""
+    src_path, tgt_path = model_paths(Path(out_dir), tokenizer.tgt_bytes is None)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(src_path, tokenizer.src_bytes)
+    if tgt_path is not None:
+        atomic_write_bytes(tgt_path, tokenizer.tgt_bytes)
+    if tokenizer.vocab_bytes is not None:
+        atomic_write_bytes(Path(out_dir) / VOCAB_FILE, tokenizer.vocab_bytes)
+    return load_recipe_tokenizer(out_dir, tokenizer.joint)
+
+
+def load_recipe_tokenizer(out_dir: Path, joint: bool) -> Tokenizer:
+    """The tokenizer a run keeps in out_dir (`joint` says which SentencePiece files, unless
+    an explicit vocabulary lies there: then whichever are there)."""
+    vocab = Path(out_dir) / VOCAB_FILE
+    if vocab.is_file():
+        src, tgt = model_paths(Path(out_dir), False)
+        if not tgt.is_file():
+            src, tgt = model_paths(Path(out_dir), True)
+        return Tokenizer.from_files(src, tgt, vocab)
+    src, tgt = model_paths(Path(out_dir), joint)
+    return Tokenizer.from_files(src, tgt)
