@@ -10,6 +10,7 @@ import sentencepiece as spm
 from builders import raw_recipe
 
 from mtkit.config import recipe_from_dict
+from mtkit.data.run_tokenizer import load_recipe_tokenizer, train_recipe_tokenizer
 from mtkit.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -17,8 +18,6 @@ from mtkit.data.tokenizer import (
     PAD_ID,
     UNK_ID,
     Tokenizer,
-    load_recipe_tokenizer,
-    train_recipe_tokenizer,
     train_sentencepiece,
 )
 from mtkit.errors import CheckpointError, DataError
