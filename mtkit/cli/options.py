@@ -66,6 +66,15 @@ SeedOpt = typer.Option(
     None, "--seed", metavar="N", show_default=FROM_MODEL,
     help="Sampling: the random seed; the same seed repeats the same samples.",
 )
+PrefixOpt = typer.Option(
+    None, "--prefix", metavar="FILE", help="One target prefix per input line (an empty "
+    "line: none): each translation starts with it and goes on from there.")
+AlignmentsOpt = typer.Option(
+    False, "--alignments", help="Append TAB + word alignments: Pharaoh links i-j "
+    "(source word i, output word j, from 0), every output word linked.")
+AlignmentUnitOpt = typer.Option(
+    None, "--alignment-unit", metavar="UNIT", show_default="word",
+    help="--alignments between whitespace words (word) or the model's pieces (subword).")
 AlignmentLayerOpt = typer.Option(
     None, "--alignment-layer", metavar="N", show_default=FROM_MODEL,
     help="Word alignments: the decoder layer whose cross-attention links the words, from 0 "

@@ -12,6 +12,8 @@ import typer
 
 from mtkit.cli.options import (
     AlignmentLayerOpt,
+    AlignmentsOpt,
+    AlignmentUnitOpt,
     BeamOpt,
     DeviceOpt,
     EngineOpt,
@@ -21,6 +23,7 @@ from mtkit.cli.options import (
     MaxTokensOpt,
     ModelsOpt,
     NbestOpt,
+    PrefixOpt,
     QuantizeOpt,
     SamplingOpt,
     SeedOpt,
@@ -70,15 +73,9 @@ def translate(
     sampling: str | None = SamplingOpt,
     temperature: float | None = TemperatureOpt,
     seed: int | None = SeedOpt,
-    prefix: Path | None = typer.Option(
-        None, "--prefix", metavar="FILE", help="One target prefix per input line (an empty "
-        "line: none): each translation starts with it and goes on from there."),
-    alignments: bool = typer.Option(
-        False, "--alignments", help="Append TAB + word alignments: Pharaoh links i-j "
-        "(source word i, output word j, from 0), every output word linked."),
-    alignment_unit: str | None = typer.Option(
-        None, "--alignment-unit", metavar="UNIT", show_default="word",
-        help="--alignments between whitespace words (word) or the model's pieces (subword)."),
+    prefix: Path | None = PrefixOpt,
+    alignments: bool = AlignmentsOpt,
+    alignment_unit: str | None = AlignmentUnitOpt,
     alignment_layer: int | None = AlignmentLayerOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
