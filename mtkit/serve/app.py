@@ -235,11 +235,17 @@ def build_app(service: Service) -> FastAPI:
     app = FastAPI(title="mtkit serve", summary="Machine translation with mtkit's engines.",
                   version=service.models["models"][0]["id"])
     app.add_middleware(RequestCounter, metrics=service.metrics)
+    _answer_errors_in_json(app)
+    _add_reading_routes(app, service)
+    _add_translation_routes(app, service)
+    return app
+
+
+def _add_reading_routes(app: FastAPI, service: Service) -> None:
+    """The GET routes: the page, health, the model, its languages, the metrics."""
     page = resources.files("mtkit").joinpath("serve", "page.html").read_text(encoding="utf-8")
     langs = service.translator.engine.recipe.data.langs
     codes = service.translator.tokenizer.languages
-
-    _answer_errors_in_json(app)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
@@ -265,6 +271,12 @@ def build_app(service: Service) -> FastAPI:
     async def metrics() -> Response:
         text = service.metrics.text(service.batcher.queued_lines)
         return Response(text, media_type=CONTENT_TYPE)
+
+
+def _add_translation_routes(app: FastAPI, service: Service) -> None:
+    """The POST routes: LibreTranslate's /translate, the native /v1/translate, /v1/score."""
+    langs = service.translator.engine.recipe.data.langs
+    codes = service.translator.tokenizer.languages
 
     @app.post("/translate", summary="LibreTranslate-compatible translation",
               openapi_extra=body_schema(LIBRE_SCHEMA))
@@ -301,8 +313,6 @@ def build_app(service: Service) -> FastAPI:
         if results is None:
             return Response(status_code=CLIENT_GONE)
         return JSONResponse(score_answer(results, tag))
-
-    return app
 
 
 def _answer_errors_in_json(app: FastAPI) -> None:
