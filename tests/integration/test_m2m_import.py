@@ -19,7 +19,7 @@ import sentencepiece as spm
 import torch
 from builders import DATA
 from hf_m2m import build_m2m, load_reference
-from test_marian_import import CAP, _generated, _Pairs, padded
+from test_marian_import import CAP, _generated, _Pairs, assert_log_probs_match, padded
 
 from mtkit.config import DecodeConfig
 from mtkit.convert.importer import import_model, read_model
@@ -81,21 +81,7 @@ def test_the_tokenizer_is_the_references(m2m):
 
 def test_teacher_forced_log_probs_match(m2m):
     _, reference, bundle = m2m
-    tok = bundle.tokenizer()
-    model = bundle.model(tok)
-    pad = tok.specials.pad
-    src = sources(tok)
-    tgt = tok.encode_tgt(TARGETS)
-    tgt_in = padded([[tok.specials.start, *ids] for ids in tgt], pad)
-    with torch.no_grad():
-        ours = model(src, tgt_in).log_softmax(-1)
-        theirs = reference(input_ids=src, attention_mask=src.ne(pad),
-                           decoder_input_ids=tgt_in).logits.log_softmax(-1)
-    real = torch.zeros(tgt_in.shape, dtype=torch.bool)
-    for i, ids in enumerate(tgt):
-        real[i, : len(ids) + 1] = True
-    assert real.sum() > 100
-    torch.testing.assert_close(ours[real], theirs[real], atol=1e-4, rtol=0)
+    assert_log_probs_match(reference, bundle, sources(bundle.tokenizer()), TARGETS)
 
 
 @pytest.mark.parametrize("beam", [1, 4])

@@ -78,11 +78,16 @@ def test_the_tokenizer_is_marian_tokenizers(marian):
 
 def test_teacher_forced_log_probs_match(marian):
     _, reference, bundle = marian
+    assert_log_probs_match(reference, bundle, sources(bundle.tokenizer()), TARGETS)
+
+
+def assert_log_probs_match(reference, bundle, src: torch.Tensor, targets: list[str]) -> None:
+    """Our teacher-forced log-probabilities of `targets` after the sources `src` (padded
+    ids) equal the reference's (shared with the M2M100/NLLB tests)."""
     tok = bundle.tokenizer()
     model = bundle.model(tok)
     pad = tok.specials.pad
-    src = sources(tok)
-    tgt = tok.encode_tgt(TARGETS)
+    tgt = tok.encode_tgt(targets)
     tgt_in = padded([[tok.specials.start, *ids] for ids in tgt], pad)
     with torch.no_grad():
         ours = model(src, tgt_in).log_softmax(-1)
