@@ -23,10 +23,14 @@ from mtkit.cli.options import (
     MaxTokensOpt,
     ModelsOpt,
     NbestOpt,
+    NoProtectOpt,
     PrefixOpt,
+    ProtectOpt,
+    ProtectRegexOpt,
     QuantizeOpt,
     SamplingOpt,
     SeedOpt,
+    SplitOpt,
     SrcLangOpt,
     StopOpt,
     TagOpt,
@@ -77,6 +81,10 @@ def translate(
     alignments: bool = AlignmentsOpt,
     alignment_unit: str | None = AlignmentUnitOpt,
     alignment_layer: int | None = AlignmentLayerOpt,
+    split: bool = SplitOpt,
+    no_protect: bool = NoProtectOpt,
+    protect: list[str] | None = ProtectOpt,
+    protect_regex: list[str] | None = ProtectRegexOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
     threads: int = TranslateThreadsOpt,
@@ -100,6 +108,7 @@ def translate(
     from mtkit.decode.choices import DecodeChoices
     from mtkit.decode.job import TranslateJob, translate_job
     from mtkit.decode.shard import Shard
+    from mtkit.document.placeholders import protection
 
     if alignment_unit is not None and not alignments:
         raise ConfigError("--alignment-unit: give --alignments too")
@@ -111,7 +120,8 @@ def translate(
         max_tokens=max_tokens, device=device, threads=threads, quantize=quantize,
         engine=engine, tag=tag, scores=scores, quiet=quiet, prefix_file=prefix,
         alignments=(alignment_unit or "word") if alignments else None,
-        langs=(src_lang, tgt_lang),
+        langs=(src_lang, tgt_lang), split=split,
+        protection=protection(not no_protect, protect or (), protect_regex or ()),
     )
     try:
         stats = translate_job(job)

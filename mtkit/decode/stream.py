@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from mtkit.decode.align import pharaoh
 from mtkit.decode.translate import Stats, Translator
+from mtkit.document.pipeline import Translated
 from mtkit.errors import ConfigError
 from mtkit.progress import progress_bar
 
@@ -94,6 +96,14 @@ class Prefixes:
         return chosen
 
 
+def document_line(translated: Translated, scores: bool, links: bool) -> str:
+    """A line of `translate_documents` as `Translator.format` writes a search's."""
+    line = translated.text
+    if scores:
+        line += f"\t{translated.score if translated.score is not None else 0.0:.4f}"
+    return line + ("\t" + pharaoh(translated.links) if links else "")
+
+
 def translate_stream(
     translator: Translator, in_fd: int, out: BinaryIO, buffer_lines: int = 2000,
     scores: bool = False, total_lines: int | None = None, progress: bool = False,
@@ -111,9 +121,15 @@ def translate_stream(
     for raw in read_line_buffers(in_fd, buffer_lines, byte_limit):
         lines = decode_lines(raw, translator.stats)
         chosen = prefixes.of(index, len(lines)) if prefixes is not None else None
-        results = translator.search(lines, index, prefixes=chosen)
-        links = None if alignments is None else translator.align(lines, results, alignments)
-        text = "".join(line + "\n" for line in translator.format(results, index, scores, links))
+        if translator.documents_apply(chosen) and alignments in (None, "word"):
+            done = translator.translate_documents(lines, alignments is not None, index)
+            text = "".join(document_line(each, scores, alignments is not None) + "\n"
+                           for each in done)
+        else:
+            results = translator.search(lines, index, prefixes=chosen)
+            links = None if alignments is None else translator.align(lines, results, alignments)
+            text = "".join(line + "\n" for line in translator.format(results, index, scores,
+                                                                    links))
         out.write(text.encode("utf-8"))
         out.flush()
         index += len(lines)

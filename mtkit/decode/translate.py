@@ -24,6 +24,7 @@ from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
 from mtkit.decode.scoring import PairScore, TooLong, encode_pairs, score_encoded
 from mtkit.decode.search import Hypothesis
+from mtkit.document.pipeline import DocumentOptions, Translated, finish, prepare
 from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.runtime.devices import resolve_device, set_threads
 
@@ -70,12 +71,18 @@ class Translator:
         translator.translate(["Hola.", "¿Qué tal?"])  # -> two English lines
         translator.translate("Hola.")                 # -> one English string
         translator.translate_aligned("Hola.")         # -> Aligned(text, links to the source)
+        translator.document = DocumentOptions(split=True)  # lines of several sentences
 
     `tag`: a corpus tag the model was trained with, put before every source line.
     `src_lang`, `tgt_lang`: a multilingual model's pair (M2M100, NLLB; None: the model's
     default), also chosen per call:
 
         translator.translate("Hola.", src_lang="es", tgt_lang="fr")
+
+    `document` (mtkit.document.pipeline.DocumentOptions): sentence splitting (off by
+    default) and placeholder protection (on by default) for `translate`,
+    `translate_aligned` and `translate_documents`, which apply them to the best
+    translation without prefixes (with `nbest` > 1 or prefixes, lines go as they are).
     """
 
     def __init__(self, engine: Engine, settings: DecodeConfig | None = None,
@@ -97,6 +104,9 @@ class Translator:
         self.max_tokens = max_tokens
         self.max_source = engine.max_source
         self.stats = Stats()
+        langs = engine.recipe.data.langs
+        self.document = DocumentOptions(src_lang=src_lang or langs.src,
+                                        tgt_lang=tgt_lang or langs.tgt)
 
     @classmethod
     def load(
@@ -156,6 +166,9 @@ class Translator:
         if isinstance(lines, str):
             return self.translate([lines], None if prefixes is None else [prefixes],
                                   src_lang, tgt_lang)[0]
+        if self.documents_apply(prefixes):
+            return [r.text for r in self.translate_documents(lines, src_lang=src_lang,
+                                                             tgt_lang=tgt_lang)]
         hyps = self.search(lines, prefixes=prefixes, src_lang=src_lang, tgt_lang=tgt_lang)
         return self.texts([h[0] for h in hyps])
 
@@ -173,10 +186,43 @@ class Translator:
         if isinstance(lines, str):
             return self.translate_aligned([lines], unit,
                                           None if prefixes is None else [prefixes])[0]
+        if unit == "word" and self.documents_apply(prefixes):
+            return [Aligned(r.text, r.links) for r in self.translate_documents(lines, True)]
         found = self.search(lines, prefixes=prefixes)
         links = self.align(lines, found, unit)
         return [Aligned(text, line_links[0]) for text, line_links in
                 zip(self.texts([hyps[0] for hyps in found]), links, strict=True)]
+
+    def documents_apply(self, prefixes: object = None) -> bool:
+        """Whether `document`'s splitting and protection apply: they act on the best
+        translation of a line without a prefix."""
+        return self.document.active and self.settings.nbest == 1 and not prefixes
+
+    def translate_documents(self, lines: Sequence[str], links: bool = False,
+                            first_line: int | None = None, src_lang: str | None = None,
+                            tgt_lang: str | None = None) -> list[Translated]:
+        """Each line through `document`'s order of work (mtkit.document.pipeline): one
+        Translated per line, its text, its score (a line of several sentences: none) and,
+        with `links` (or where placeholders needed them), its links to the line's
+        whitespace words. A line with nothing to split or protect costs one search, as in
+        `translate`; a sentence is numbered (`search`'s `numbers`) by its line."""
+        options = dataclasses.replace(
+            self.document, links=links or self.document.links,
+            src_lang=src_lang or self.document.src_lang,
+            tgt_lang=tgt_lang or self.document.tgt_lang)
+        prepared = prepare(lines, options)
+        first_line = self.stats.sentences if first_line is None else first_line
+        numbers = [first_line + k for k, plan in enumerate(prepared.plans)
+                   for _ in plan.pieces]
+        sentences = list(prepared.sentences)
+        found = self.search(sentences, numbers=numbers, src_lang=src_lang, tgt_lang=tgt_lang)
+        wanted = [k for k, want in enumerate(prepared.want_links) if want]
+        found_links = self.align([sentences[k] for k in wanted],
+                                 [found[k][:1] for k in wanted]) if wanted else []
+        links_of = {k: each[0] for k, each in zip(wanted, found_links, strict=True)}
+        texts = self.texts([hyps[0] for hyps in found])
+        return finish(prepared, [Translated(text, links_of.get(k, ()), hyps[0].score)
+                                 for k, (text, hyps) in enumerate(zip(texts, found))], options)
 
     def align(self, lines: Sequence[str], found: list[list[Hypothesis]], unit: str = "word"
               ) -> list[list[Links]]:

@@ -17,6 +17,7 @@ LAYERS: list[set[str]] = [
     {"version", "errors"},
     {"config", "files", "progress", "runtime"},
     {"data"},
+    {"document"},  # sentence splitting, placeholders, markup: text around a model
     {"model"},
     {"decode", "convert"},  # convert: importers of models trained elsewhere
     {"evaluate"},
