@@ -31,7 +31,7 @@ Bible model the two forms are compared in docs/benchmarks.md.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from mtkit.errors import ConfigError
@@ -193,12 +193,14 @@ class _Output:
     gaps: list[str]
     links: set[tuple[int, int]]
     space: str  # what separates a word put in ("" for a target without spaces)
+    fixed: set[int] = field(default_factory=set)  # words holding a placeholder put back
 
     def linked(self, source_word: int) -> list[int]:
         return sorted(j for i, j in self.links if i == source_word)
 
     def insert(self, at: int, word: str, source_word: int) -> None:
         self.links = {(i, j + (j >= at)) for i, j in self.links} | {(source_word, at)}
+        self.fixed = {j + (j >= at) for j in self.fixed} | {at}
         if at == len(self.words) and self.words:
             self.gaps[-1] = self.gaps[-1] or self.space
         self.words.insert(at, word)
@@ -207,6 +209,7 @@ class _Output:
     def remove(self, at: int) -> None:
         del self.words[at], self.gaps[at]
         self.links = {(i, j - (j > at)) for i, j in self.links if j != at}
+        self.fixed = {j - (j > at) for j in self.fixed if j != at}
         if self.gaps and at == len(self.words):
             self.gaps[-1] = ""
 
@@ -242,6 +245,7 @@ def _unmask(out: _Output, placeholder: Placeholder) -> bool:
             continue
         if not found:
             out.words[j] = pattern.sub(placeholder.text.replace("\\", "\\\\"), word, count=1)
+            out.fixed.add(j)
             found = True
         rest = pattern.sub("", out.words[j])
         if not rest:
@@ -259,25 +263,31 @@ def _put_back(out: _Output, placeholder: Placeholder) -> None:
     next to the output word linked to its nearest linked source neighbour (its own
     source word's, for a mask the output garbled), taking along the punctuation that
     followed it in the source when the word before it ends with that."""
-    own = out.linked(placeholder.word)
-    if own and not placeholder.whole:
-        j = own[0]
-        word = out.words[j]
-        if placeholder.marker:
-            first = next((k for k, c in enumerate(word) if c.isalnum()), 0)
-            out.words[j] = word[:first] + placeholder.text + word[first:]
-        else:
-            out.words[j] = placeholder.text + word if placeholder.leads else word + placeholder.text
-        return
+    own = [j for j in out.linked(placeholder.word) if j not in out.fixed]
     if placeholder.marker:
-        if out.words:
-            out.words[0] = placeholder.text + out.words[0]
-        else:
-            out.insert(0, placeholder.text, placeholder.word)
+        free = own or [j for j in range(len(out.words)) if j not in out.fixed]
+        if not free:
+            out.insert(len(out.words), placeholder.text, placeholder.word)
+            return
+        word = out.words[free[0]]
+        first = next((k for k, c in enumerate(word) if c.isalnum()), 0)
+        out.words[free[0]] = word[:first] + placeholder.text + word[first:]
+        return
+    if own and not placeholder.whole:
+        word = out.words[own[0]]
+        out.words[own[0]] = (placeholder.text + word if placeholder.leads
+                             else word + placeholder.text)
+        out.fixed.add(own[0])
+        return
+    rest = [j for j in own if placeholder.tail and out.words[j] == placeholder.tail]
+    if rest:  # the punctuation left of its word, translated as it was: it goes after it
+        out.words[rest[0]] = placeholder.text + placeholder.tail
+        out.fixed.add(rest[0])
         return
     at = _place(out, placeholder.word, own if placeholder.mask else [])
     text, tail = placeholder.text, placeholder.tail
-    if tail and at > 0 and out.words[at - 1].endswith(tail) and out.words[at - 1] != tail:
+    if tail and at > 0 and at - 1 not in out.fixed and out.words[at - 1].endswith(tail) \
+            and out.words[at - 1] != tail:
         out.words[at - 1] = out.words[at - 1][: -len(tail)]
         text += tail
     out.insert(at, text, placeholder.word)

@@ -18,8 +18,10 @@ from types import ModuleType
 
 from mtkit.errors import ConfigError
 
-# targets written without spaces between sentences (and words): joined with none
-NO_SPACE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
+# targets written without spaces between sentences (and words): joined with none; ISO
+# 639-1 codes and the 639-3 ones of NLLB's codes (zho_Hans, jpn_Jpan, ...)
+NO_SPACE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue",
+                            "zho", "jpn", "tha", "lao", "khm", "mya", "bod"})
 INSTALL = "pip install 'mtkit[split]' (or: pip install sentencex)"
 _TRAILING_SPACE = re.compile(r"\s*\Z")
 
