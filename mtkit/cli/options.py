@@ -82,17 +82,19 @@ AlignmentLayerOpt = typer.Option(
 )
 # translate: documents (mtkit.document; docs/guides/documents.md)
 SplitOpt = typer.Option(
-    False, "--split", help="Split each line into sentences (sentencex, the model's source "
-    "language), translate them, and join their translations into one line.")
+    None, "--split/--no-split", show_default=FROM_MODEL, help="Split each line into "
+    "sentences (sentencex, the model's source language), translate them, and join their "
+    "translations into one line.")
 NoProtectOpt = typer.Option(
     False, "--no-protect", help="Translate placeholders (%s, {0}, URLs, ...) as any text; "
     "by default they are kept out of the model and put back as they were.")
 ProtectOpt = typer.Option(
-    None, "--protect", metavar="RULE", help="Protect also this rule's placeholders: number, "
-    "accelerator, or all (repeatable; the default rules are always on).")
+    None, "--protect", metavar="RULE", show_default=FROM_MODEL, help="Protect also this "
+    "rule's placeholders: number, accelerator, or all (repeatable; the default rules are "
+    "always on).")
 ProtectRegexOpt = typer.Option(
-    None, "--protect-regex", metavar="REGEX", help="Protect also what this regular "
-    "expression matches (Python syntax; repeatable).")
+    None, "--protect-regex", metavar="REGEX", show_default=FROM_MODEL, help="Protect also "
+    "what this regular expression matches (Python syntax; repeatable).")
 SrcLangOpt = typer.Option(
     None, "--src-lang", metavar="CODE", show_default="the model's",
     help="A multilingual model's (M2M100, NLLB) source language, e.g. es or spa_Latn.",

@@ -81,7 +81,7 @@ def translate(
     alignments: bool = AlignmentsOpt,
     alignment_unit: str | None = AlignmentUnitOpt,
     alignment_layer: int | None = AlignmentLayerOpt,
-    split: bool = SplitOpt,
+    split: bool | None = SplitOpt,
     no_protect: bool = NoProtectOpt,
     protect: list[str] | None = ProtectOpt,
     protect_regex: list[str] | None = ProtectRegexOpt,
@@ -108,7 +108,6 @@ def translate(
     from mtkit.decode.choices import DecodeChoices
     from mtkit.decode.job import TranslateJob, translate_job
     from mtkit.decode.shard import Shard
-    from mtkit.document.placeholders import protection
 
     if alignment_unit is not None and not alignments:
         raise ConfigError("--alignment-unit: give --alignments too")
@@ -116,12 +115,14 @@ def translate(
         models=tuple(models), input_file=input_file, output_file=output_file,
         shard=Shard.parse(shard) if shard is not None else None,
         decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,
-                             temperature, seed, alignment_layer),
+                             temperature, seed, alignment_layer, split,
+                             False if no_protect else None,
+                             tuple(protect) if protect else None,
+                             tuple(protect_regex) if protect_regex else None),
         max_tokens=max_tokens, device=device, threads=threads, quantize=quantize,
         engine=engine, tag=tag, scores=scores, quiet=quiet, prefix_file=prefix,
         alignments=(alignment_unit or "word") if alignments else None,
-        langs=(src_lang, tgt_lang), split=split,
-        protection=protection(not no_protect, protect or (), protect_regex or ()),
+        langs=(src_lang, tgt_lang),
     )
     try:
         stats = translate_job(job)

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 OPTION_NAMES = {"beam": "--beam", "lenpen": "--lenpen", "stop": "--stop", "nbest": "--nbest",
                 "max_len_a": "--max-len-a", "max_len_b": "--max-len-b",
                 "sampling": "--sampling", "temperature": "--temperature", "seed": "--seed",
-                "alignment_layer": "--alignment-layer"}
+                "alignment_layer": "--alignment-layer", "split": "--split",
+                "protect": "--no-protect", "protect_rules": "--protect",
+                "protect_regex": "--protect-regex"}
 
 
 @dataclass(frozen=True)
@@ -27,3 +29,7 @@ class DecodeChoices:
     temperature: float | None = None
     seed: int | None = None
     alignment_layer: int | None = None  # the decoder layer word alignments read
+    split: bool | None = None  # translate each line's sentences one by one (mtkit.document)
+    protect: bool | None = None  # keep placeholders from the model
+    protect_rules: tuple[str, ...] | None = None  # rules switched on beyond the defaults
+    protect_regex: tuple[str, ...] | None = None  # further placeholders' patterns

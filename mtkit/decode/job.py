@@ -23,7 +23,6 @@ from mtkit.decode.choices import OPTION_NAMES, DecodeChoices
 from mtkit.decode.shard import Shard, line_range, receive_shares, send_share
 from mtkit.decode.stream import Prefixes, decode_lines, translate_stream
 from mtkit.decode.translate import Stats, Translator
-from mtkit.document.placeholders import Protection
 from mtkit.document.split import require_splitter
 from mtkit.errors import ConfigError
 from mtkit.files.atomic import atomic_write
@@ -50,8 +49,6 @@ class TranslateJob:
     prefix_file: Path | None = None  # one target prefix per input line ("" for none)
     alignments: str | None = None  # word or subword: append each line's links; None: none
     langs: tuple[str | None, str | None] = (None, None)  # a multilingual model's pair
-    split: bool = False  # translate each line's sentences one by one (mtkit.document)
-    protection: Protection = Protection()  # placeholders kept from the model
 
 
 def translate_job(job: TranslateJob) -> Stats | None:
@@ -61,7 +58,7 @@ def translate_job(job: TranslateJob) -> Stats | None:
     if job.alignments is not None and job.alignments not in UNITS:
         raise ConfigError(f"--alignment-unit {job.alignments}: expected {' or '.join(UNITS)}")
     prefixes = read_prefixes(job.prefix_file, job.input_file)  # before the model: errors first
-    if job.split:
+    if job.decode.split:
         _check_split(job)
     device = str(dist.setup(job.device, timeout_s=600, threads=job.threads))
     if dist.launched():
@@ -75,10 +72,11 @@ def translate_job(job: TranslateJob) -> Stats | None:
     translator.tokenizer = translator.tokenizer.tagged(job.tag).with_langs(
         *job.langs, names=("--src-lang", "--tgt-lang"))
     translator.document = dataclasses.replace(
-        translator.document, split=job.split, protection=job.protection,
-        src_lang=job.langs[0] or translator.document.src_lang,
+        translator.document, src_lang=job.langs[0] or translator.document.src_lang,
         tgt_lang=job.langs[1] or translator.document.tgt_lang)
-    if job.split and translator.settings.nbest > 1:
+    if translator.document.split:
+        _check_split(job)  # (a recipe's decode.split: checked now)
+    if translator.document.split and translator.settings.nbest > 1:
         raise ConfigError("--split: translates the best translation of each sentence; "
                           "leave out --nbest (or give --nbest 1)")
     in_fd = open_input(job.input_file)

@@ -25,6 +25,7 @@ from mtkit.decode.engine import Engine, load_engine
 from mtkit.decode.scoring import PairScore, TooLong, encode_pairs, score_encoded
 from mtkit.decode.search import Hypothesis
 from mtkit.document.pipeline import DocumentOptions, Translated, finish, prepare
+from mtkit.document.placeholders import protection
 from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.runtime.devices import resolve_device, set_threads
 
@@ -79,10 +80,13 @@ class Translator:
 
         translator.translate("Hola.", src_lang="es", tgt_lang="fr")
 
-    `document` (mtkit.document.pipeline.DocumentOptions): sentence splitting (off by
+    `document` (mtkit.document.pipeline.DocumentOptions, from the decode settings
+    `split`, `protect`, `protect_rules`, `protect_regex`): sentence splitting (off by
     default) and placeholder protection (on by default) for `translate`,
     `translate_aligned` and `translate_documents`, which apply them to the best
-    translation without prefixes (with `nbest` > 1 or prefixes, lines go as they are).
+    translation without prefixes (with `nbest` > 1 or prefixes, lines go as they are):
+
+        Translator.load("model.pt", split=True, protect_rules=("number",))
     """
 
     def __init__(self, engine: Engine, settings: DecodeConfig | None = None,
@@ -105,8 +109,10 @@ class Translator:
         self.max_source = engine.max_source
         self.stats = Stats()
         langs = engine.recipe.data.langs
-        self.document = DocumentOptions(src_lang=src_lang or langs.src,
-                                        tgt_lang=tgt_lang or langs.tgt)
+        self.document = DocumentOptions(
+            split=settings.split, src_lang=src_lang or langs.src, tgt_lang=tgt_lang or langs.tgt,
+            protection=protection(settings.protect, settings.protect_rules,
+                                  settings.protect_regex))
 
     @classmethod
     def load(

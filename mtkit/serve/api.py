@@ -4,9 +4,9 @@ shaped into answers. Pure: no web framework, no model.
 Two request shapes: LibreTranslate's `POST /translate` (`q` a string or a list of
 strings, each of which may hold several lines) and mtkit's `POST /v1/translate` (`text`,
 one line per item, with per-request decode settings); and `POST /v1/score`, given
-translations scored (`pairs`, or `source` and `target`). Every problem is a `RequestError`:
-an HTTP status and one line of text, which the app sends as `{"error": "..."}`.
-400: not JSON, or a value the server does not support; 401: API key; 413: over a size
+translations scored (`pairs`, or `source` and `target`: score_api.py). Every problem is a
+`RequestError`: an HTTP status and one line of text, which the app sends as `{"error":
+"..."}`. 400: not JSON, or a value the server does not support; 401: API key; 413: over a size
 limit; 422: a field missing or of the wrong type or range; 503: the queue is full.
 """
 
@@ -20,6 +20,8 @@ from typing import Any
 
 from mtkit.config import DecodeConfig, Langs, replace_checked
 from mtkit.decode.align import UNITS, Links
+from mtkit.document.pipeline import DocumentOptions
+from mtkit.document.placeholders import protection
 from mtkit.errors import ConfigError
 
 
@@ -51,6 +53,25 @@ class Translation:
 
 
 @dataclass(frozen=True)
+class DocumentFields:
+    """What a request asks of its lines as documents (mtkit.document); None: the
+    server's decode settings (its model's recipe) decide."""
+
+    split: bool | None = None
+    protect: bool | None = None
+    rules: tuple[str, ...] = ()  # placeholder rules beyond the server's
+    patterns: tuple[str, ...] = ()  # placeholder patterns beyond the server's
+
+    def options(self, settings: DecodeConfig) -> DocumentOptions:
+        """The request's options over the server's settings (languages: not yet set)."""
+        return DocumentOptions(
+            split=settings.split if self.split is None else self.split,
+            protection=protection(settings.protect if self.protect is None else self.protect,
+                                  (*settings.protect_rules, *self.rules),
+                                  (*settings.protect_regex, *self.patterns)))
+
+
+@dataclass(frozen=True)
 class LibreRequest:
     texts: tuple[str, ...]  # the q items
     single: bool  # q was one string (the answer is one string too)
@@ -58,6 +79,8 @@ class LibreRequest:
     lines: tuple[str, ...]  # every text's lines, text after text
     line_counts: tuple[int, ...]  # lines per text
     pair: tuple[str | None, str | None] = (None, None)  # a multilingual model's choice
+    # LibreTranslate splits sentences; alternatives come from whole lines' n-best
+    document: DocumentFields = DocumentFields(split=True)
 
 
 @dataclass(frozen=True)
@@ -73,10 +96,12 @@ class NativeRequest:
     temperature: Any = None
     seed: Any = None
     alignments: str | None = None  # the unit to align in (word, subword), or None
+    document: DocumentFields = DocumentFields()
 
 
 NATIVE_FIELDS = ("text", "beam", "lenpen", "nbest", "scores", "prefix", "sampling",
-                 "temperature", "seed", "alignments", "alignment_unit", "api_key")
+                 "temperature", "seed", "alignments", "alignment_unit", "split", "protect",
+                 "protect_rules", "protect_regex", "api_key")
 DECODE_FIELDS = ("beam", "lenpen", "nbest", "sampling", "temperature", "seed")
 DECODE_NAMES = {name: name for name in DECODE_FIELDS}  # errors name the request's fields
 
@@ -221,7 +246,8 @@ def libre_request(payload: Any, langs: Langs, limits: Limits,
     check_sizes(lines, limits)
     pair = (None if source == "auto" else source, target) if languages else (None, None)
     return LibreRequest(tuple(texts), single, alternatives, tuple(lines),
-                        tuple(len(t) for t in per_text), pair)
+                        tuple(len(t) for t in per_text), pair,
+                        DocumentFields(split=not alternatives))
 
 
 def libre_settings(base: DecodeConfig, request: LibreRequest, limits: Limits) -> DecodeConfig:
@@ -272,7 +298,39 @@ def native_request(payload: Any, limits: Limits) -> NativeRequest:
     return NativeRequest(tuple(lines), body.get("beam"), body.get("lenpen"), body.get("nbest"),
                          scores, _prefixes(body.get("prefix"), len(lines)),
                          body.get("sampling"), body.get("temperature"), body.get("seed"),
-                         _alignments(body))
+                         _alignments(body), _document(body))
+
+
+def _document(body: dict[str, Any]) -> DocumentFields:
+    """`split`, `protect` (true or false; absent: the server's), `protect_rules` (rule
+    names to switch on) and `protect_regex` (further patterns), checked."""
+    for key in ("split", "protect"):
+        if not isinstance(body.get(key, False), bool):
+            raise RequestError(422, f"{key}: expected true or false, got {_kind(body[key])}")
+    rules = tuple(_strings(body.get("protect_rules", []), "protect_rules"))
+    patterns = tuple(_strings(body.get("protect_regex", []), "protect_regex"))
+    try:
+        protection(True, rules, patterns, names=("protect_rules", "protect_regex"))
+    except ConfigError as exc:
+        raise RequestError(422, str(exc)) from None
+    return DocumentFields(body.get("split"), body.get("protect"), rules, patterns)
+
+
+def documents_apply(request: NativeRequest, settings: DecodeConfig,
+                    options: DocumentOptions) -> bool:
+    """Whether the request's lines go through mtkit.document (`options`: the request's
+    over the server's): its best translation of lines without prefixes, aligned in words
+    if at all; `split` with anything else: 422 (protection alone is left out then: the
+    lines go as they are)."""
+    if options.split:
+        for conflict, name in ((settings.nbest > 1, "nbest > 1"), (request.scores, "scores"),
+                               (request.prefixes is not None, "prefix"),
+                               (request.alignments == "subword", "alignment_unit subword")):
+            if conflict:
+                raise RequestError(422, f"split: not with {name} (a line's sentences are "
+                                        "translated one by one)")
+    return options.active and settings.nbest == 1 and request.prefixes is None \
+        and request.alignments != "subword"
 
 
 def _alignments(body: dict[str, Any]) -> str | None:
@@ -327,65 +385,3 @@ def native_answer(settings: DecodeConfig, results: list[Translation], scores: bo
         answer.update(sampling=str(settings.sampling), temperature=settings.temperature,
                       seed=settings.seed)
     return answer
-
-
-# --------------------------------------------------------------------------- scoring
-
-
-@dataclass(frozen=True)
-class ScoreRequest:
-    """`POST /v1/score`: given translations to score, as parallel lists."""
-
-    sources: tuple[str, ...]
-    targets: tuple[str, ...]
-    tag: str | None  # None: the server's --tag (if any)
-
-
-SCORE_FIELDS = ("pairs", "source", "target", "tag", "api_key")
-# for the OpenAPI page (/docs), beside the app's other request schemas
-def score_request(payload: Any, limits: Limits) -> ScoreRequest:
-    """`pairs` ([[source, target], ...]) or `source` and `target` (two lists of one
-    length), one line per string; `tag` optional. The limits are translate's, a pair
-    counting as one line and each side as a line of characters."""
-    body = _object(payload)
-    _known_fields(body, SCORE_FIELDS)
-    if "pairs" in body:
-        if "source" in body or "target" in body:
-            raise RequestError(422, "give pairs, or source and target, not both")
-        pairs = body["pairs"]
-        if not isinstance(pairs, list):
-            raise RequestError(422, f"pairs: expected a list of [source, target], got "
-                                    f"{_kind(pairs)}")
-        for index, pair in enumerate(pairs):
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise RequestError(422, f"pairs[{index}]: expected [source, target]")
-            _strings(pair, f"pairs[{index}]")
-        sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
-        names = [f"pairs[{i}][{side}]" for i in range(len(pairs)) for side in (0, 1)]
-    elif "source" in body and "target" in body:
-        sources, targets = _strings(body["source"], "source"), _strings(body["target"], "target")
-        if len(sources) != len(targets):
-            raise RequestError(422, f"source has {len(sources)} items, target "
-                                    f"{len(targets)}: give one target per source")
-        names = [f"{key}[{i}]" for i in range(len(sources)) for key in ("source", "target")]
-    else:
-        raise RequestError(422, "pairs (a list of [source, target]), or source and target "
-                                "(two lists of strings): required")
-    sides = [text for pair in zip(sources, targets) for text in pair]
-    for name, text in zip(names, sides):
-        if "\n" in text:
-            raise RequestError(422, f"{name}: holds a line break; send one line per item")
-    check_sizes(sources, limits)
-    check_sizes(targets, limits)
-    tag = body.get("tag")
-    if tag is not None and not isinstance(tag, str):
-        raise RequestError(422, f"tag: expected a string, got {_kind(tag)}")
-    return ScoreRequest(tuple(sources), tuple(targets), tag)
-
-
-def score_answer(scores: list[Any], tag: str | None) -> dict[str, Any]:
-    """{"scores": [{"total", "per_token", "tokens"}], "tag"}: each pair's natural-log
-    probability, that divided by its target tokens with EOS, and that count (a
-    decode.scoring.PairScore each); the tag the sources were given."""
-    return {"scores": [{"total": s.total, "per_token": s.per_token, "tokens": s.tokens}
-                       for s in scores], "tag": tag}

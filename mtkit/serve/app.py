@@ -30,19 +30,20 @@ from starlette.exceptions import HTTPException
 from torch import Tensor
 
 from mtkit.config import DecodeConfig
-from mtkit.decode.align import Links
 from mtkit.decode.engine import Engine
 from mtkit.decode.scoring import TooLong, encode_pairs, pair_lengths, score_encoded
 from mtkit.decode.search import Hypothesis
 from mtkit.decode.translate import Translator
+from mtkit.document.pipeline import DocumentOptions
+from mtkit.document.split import splitter_available
 from mtkit.errors import DataError
 from mtkit.report.info import ARCHITECTURE
 from mtkit.serve.api import (
     Limits,
     RequestError,
-    ScoreRequest,
     Translation,
     check_api_key,
+    documents_apply,
     libre_answer,
     libre_request,
     libre_settings,
@@ -50,12 +51,20 @@ from mtkit.serve.api import (
     native_request,
     native_settings,
     parse_json,
-    score_answer,
-    score_request,
 )
 from mtkit.serve.batcher import Batcher, BatcherClosed, QueueFull
+from mtkit.serve.lines import (
+    SourceLine,
+    document_lines,
+    document_options,
+    document_results,
+    line_links,
+    prepared_lines,
+    source_lines,
+)
 from mtkit.serve.metrics import CONTENT_TYPE, ServeMetrics
 from mtkit.serve.schemas import LIBRE_SCHEMA, NATIVE_SCHEMA, SCORE_SCHEMA, body_schema
+from mtkit.serve.score_api import ScoreRequest, score_answer, score_request
 
 log = logging.getLogger("mtkit")
 
@@ -92,38 +101,6 @@ class MeteredEngine:
     def cross_attention(self, sources: list[list[int]], targets: list[list[int]],
                         layer: int) -> list[Tensor]:
         return self.engine.cross_attention(sources, targets, layer)
-
-
-@dataclass(frozen=True)
-class SourceLine:
-    """One line of a request as the batcher carries it, among other requests' lines."""
-
-    text: str
-    prefix: str = ""  # the start its translation must have ("" for none)
-    number: int = 0  # its place in its request: the key of its samples' random streams
-    alignments: str | None = None  # the unit to align its hypotheses in, or None
-    pair: tuple[str | None, str | None] = (None, None)  # a multilingual model's languages
-
-
-def source_lines(lines: list[str], prefixes: tuple[str, ...] | None = None,
-                 alignments: str | None = None,
-                 pair: tuple[str | None, str | None] = (None, None)) -> list[SourceLine]:
-    return [SourceLine(text, prefixes[i] if prefixes else "", i, alignments, pair)
-            for i, text in enumerate(lines)]
-
-
-def line_links(translator: Translator, lines: list[SourceLine],
-               found: list[list[Hypothesis]]) -> list[tuple[Links, ...] | None]:
-    """The links of each line's hypotheses, for the lines that asked (None for the rest):
-    lines that did not ask, in the same batch, cost no pass."""
-    out: list[tuple[Links, ...] | None] = [None] * len(lines)
-    for unit in sorted({line.alignments for line in lines} - {None}):  # type: ignore[type-var]
-        chosen = [k for k, line in enumerate(lines) if line.alignments == unit]
-        links = translator.align([lines[k].text for k in chosen], [found[k] for k in chosen],
-                                 unit)
-        for k, each in zip(chosen, links, strict=True):
-            out[k] = tuple(each)
-    return out
 
 
 def decoder(translator: Translator) -> Callable[[Any, list[Any]], list[Any]]:
@@ -182,6 +159,11 @@ class Service:
             truncated += len(ids) > limit
             lengths[index] = min(len(ids), limit) + 1  # + EOS
         return lengths, truncated
+
+    def langs(self, pair: tuple[str | None, str | None] = (None, None)) -> tuple[str, str]:
+        """The languages a request translates between: its pair's, else the model's."""
+        langs = self.translator.engine.recipe.data.langs
+        return pair[0] or langs.src, pair[1] or langs.tgt
 
     def encode_pairs(self, request: ScoreRequest) -> tuple[list[tuple[list[int], list[int]]],
                                                            str | None]:
@@ -277,6 +259,10 @@ def _add_translation_routes(app: FastAPI, service: Service) -> None:
     """The POST routes: LibreTranslate's /translate, the native /v1/translate, /v1/score."""
     langs = service.translator.engine.recipe.data.langs
     codes = service.translator.tokenizer.languages
+    splitter = splitter_available()
+    if not splitter:
+        log.warning("sentencex is not installed: /translate does not split sentences, and "
+                    "split requests get 400 (pip install 'mtkit[split]')")
 
     @app.post("/translate", summary="LibreTranslate-compatible translation",
               openapi_extra=body_schema(LIBRE_SCHEMA))
@@ -284,8 +270,10 @@ def _add_translation_routes(app: FastAPI, service: Service) -> None:
         payload = await _payload(request, service)
         parsed = libre_request(payload, langs, service.limits, codes)
         settings = libre_settings(service.settings, parsed, service.limits)
-        results, _ = await _translate(request, service, settings, source_lines(
-            list(parsed.lines), pair=parsed.pair))
+        results, _ = await _translate_lines(
+            request, service, settings, list(parsed.lines), pair=parsed.pair,
+            document=None if parsed.alternatives else document_options(
+                parsed.document, settings, service.langs(parsed.pair), splitter, False))
         if results is None:
             return Response(status_code=CLIENT_GONE)
         return JSONResponse(libre_answer(parsed, results))
@@ -296,8 +284,11 @@ def _add_translation_routes(app: FastAPI, service: Service) -> None:
         payload = await _payload(request, service)
         parsed = native_request(payload, service.limits)
         settings = native_settings(service.settings, parsed, service.limits)
-        results, truncated = await _translate(request, service, settings, source_lines(
-            list(parsed.lines), parsed.prefixes, parsed.alignments))
+        document = document_options(parsed.document, settings, service.langs(), splitter, True)
+        document = document if documents_apply(parsed, settings, document) else None
+        results, truncated = await _translate_lines(
+            request, service, settings, list(parsed.lines), parsed.prefixes,
+            parsed.alignments, document=document)
         if results is None:
             return Response(status_code=CLIENT_GONE)
         return JSONResponse(native_answer(settings, results, parsed.scores, truncated))
@@ -353,6 +344,24 @@ async def _payload(request: Request, service: Service) -> Any:
     payload = parse_json(bytes(body))
     check_api_key(service.api_key, payload, request.headers.get("authorization"))
     return payload
+
+
+async def _translate_lines(
+    request: Request, service: Service, settings: DecodeConfig, lines: list[str],
+    prefixes: tuple[str, ...] | None = None, alignments: str | None = None,
+    pair: tuple[str | None, str | None] = (None, None), document: DocumentOptions | None = None,
+) -> tuple[list[Translation] | None, int]:
+    """As `_translate`, lines as they are, or, with `document`, their sentences queued
+    and the translations joined back into lines (mtkit.document)."""
+    if document is None:
+        return await _translate(request, service, settings,
+                                source_lines(lines, prefixes, alignments, pair))
+    prepared = prepared_lines(lines, document, service.limits.max_queue)
+    results, truncated = await _translate(request, service, settings,
+                                          document_lines(prepared, alignments, pair))
+    if results is None:
+        return None, truncated
+    return document_results(prepared, results, document, alignments), truncated
 
 
 async def _translate(request: Request, service: Service, settings: DecodeConfig,

@@ -38,7 +38,7 @@ MAX_WINDOWS = 10  # the longest a step waits for more jobs, in collection window
 IDLE_WAKE_SECONDS = 0.5  # how often an idle model thread wakes (see _next_step)
 
 # the decode function: (settings, lines) -> one result per line, in order; a line is
-# whatever the caller submits (the server's: serve.app.SourceLine), the batcher only counts
+# whatever the caller submits (the server's: serve.lines.SourceLine), the batcher only counts
 Decode = Callable[[Any, list[Any]], Sequence[Any]]
 
 

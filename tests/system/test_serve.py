@@ -10,6 +10,7 @@ to fill the queue or to leave it) and one per SIGTERM test.
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import re
 import signal
@@ -25,6 +26,8 @@ from pathlib import Path
 import pytest
 from builders import DATA, prometheus_text
 from conftest import CLI_ENV, run_mtkit, start_mtkit
+
+from mtkit.document.split import split_sentences
 
 KEY = "tiny-secret"
 READY = re.compile(r"on http://127\.0\.0\.1:(\d+) ")
@@ -136,6 +139,9 @@ def sample_lines() -> list[str]:
 LINES = sample_lines()
 
 
+SPLIT = ("--split",) if importlib.util.find_spec("sentencex") else ()
+
+
 def translate_cli(model: Path, cwd: Path, lines: list[str], *options: str) -> list[str]:
     result = run_mtkit(["translate", "-m", model, "--quiet", *options], cwd=cwd,
                        input="".join(line + "\n" for line in lines))
@@ -148,6 +154,8 @@ def expected(model, tmp_path_factory) -> dict[str, list[str]]:
     """`mtkit translate`'s output for LINES: default settings, greedy, and the 3-best."""
     cwd = tmp_path_factory.mktemp("reference")
     found = {"default": translate_cli(model, cwd, LINES),
+             # LibreTranslate's route splits sentences (when sentencex is installed)
+             "split": translate_cli(model, cwd, LINES, *SPLIT),
              "greedy": translate_cli(model, cwd, LINES, "--beam", "1"),
              "nbest3": translate_cli(model, cwd, LINES, "--beam", "3", "--nbest", "3",
                                      "--scores")}
@@ -176,13 +184,13 @@ def libre(q, **more) -> dict:
 def test_libretranslate_answers_equal_translate(server, expected):
     status, answer = server.post("/translate", libre(LINES))
     assert status == 200, answer
-    assert answer == {"translatedText": expected["default"]}
+    assert answer == {"translatedText": expected["split"]}
     status, answer = server.post("/translate", libre(LINES[3]))
-    assert (status, answer) == (200, {"translatedText": expected["default"][3]})
+    assert (status, answer) == (200, {"translatedText": expected["split"][3]})
     # one text of several lines is translated line by line, its line breaks kept
     status, answer = server.post("/translate", libre("\r\n".join(LINES[:5]) + "\n",
                                                      source="auto"))
-    assert answer == {"translatedText": "\n".join(expected["default"][:5]) + "\n"}
+    assert answer == {"translatedText": "\n".join(expected["split"][:5]) + "\n"}
 
 
 def test_native_answers_with_nbest_and_scores_equal_translate(server, expected):
@@ -229,6 +237,40 @@ def test_alignments_answer_as_translate(server, model, tmp_path):
             for line in answer["translations"]] == [row.split("\t")[1] for row in subword]
 
 
+PLACEHOLDER_LINES = ["Abre %s archivos de {name}.", "Vea https://example.org/a.html y $(ARG1)",
+                     "El ID-42 pide %d. Y dijo Dios: Sea la luz.", "%PRODUCTNAME", "", "nada"]
+
+
+def test_split_and_placeholders_answer_as_translate(server, model, tmp_path):
+    """The native fields as translate's flags, LibreTranslate's route as translate
+    --split; every placeholder kept by default."""
+    lines = [*LINES, *PLACEHOLDER_LINES]
+    for fields, options in (({}, ()), ({"split": True}, SPLIT),
+                            ({"protect": False}, ("--no-protect",)),
+                            ({"protect_rules": ["number"], "protect_regex": ["ID-[0-9]+"]},
+                             ("--protect", "number", "--protect-regex", "ID-[0-9]+")),
+                            ({"alignments": True}, ("--alignments",))):
+        if fields.get("split") and not SPLIT:
+            continue
+        reference = translate_cli(model, tmp_path, lines, *options)
+        status, answer = server.post("/v1/translate", {"text": lines, **fields})
+        assert status == 200, answer
+        found = [line["text"] for line in answer["translations"]]
+        if "alignments" in fields:
+            found = [line["text"] + "\t" + " ".join(
+                f"{i}-{j}" for i, j in line["hypotheses"][0]["alignment"])
+                for line in answer["translations"]]
+        assert found == reference, fields
+    protected = translate_cli(model, tmp_path, PLACEHOLDER_LINES)
+    for source, output in zip(PLACEHOLDER_LINES, protected):
+        for placeholder in ("%s", "{name}", "https://example.org/a.html", "$(ARG1)", "%d",
+                            "%PRODUCTNAME"):
+            assert output.count(placeholder) == source.count(placeholder)
+    status, answer = server.post("/translate", libre(PLACEHOLDER_LINES))
+    assert answer == {"translatedText": translate_cli(model, tmp_path, PLACEHOLDER_LINES,
+                                                      *SPLIT)}
+
+
 def test_alternatives_are_the_nbest_of_translate(server, expected):
     status, answer = server.post("/translate", libre(LINES[:24], alternatives=2))
     assert status == 200, answer
@@ -250,6 +292,14 @@ def batch_counts(server: Server) -> tuple[float, float]:
             values[("mtkit_serve_batch_lines_sum", ())])
 
 
+def model_lines(line: str, libre: bool) -> int:
+    """The lines the model decodes for one line of a request: none for an empty one, a
+    line per sentence where LibreTranslate's route splits."""
+    if not line.strip():
+        return 0
+    return len(split_sentences(line, "es")) if libre and SPLIT else 1
+
+
 def test_concurrent_requests_are_batched_and_each_answer_equals_translate(server, expected):
     """8 clients at once, one line per request, half of them greedy: every answer is the
     line `mtkit translate` gives with the same settings, and the engine saw batches of
@@ -261,8 +311,8 @@ def test_concurrent_requests_are_batched_and_each_answer_equals_translate(server
     assert not failures, "\n".join(failures)
     batches, lines = (after - before for after, before in
                       zip(batch_counts(server), (batches_before, lines_before)))
-    decoded = sum(1 for n in range(clients) for s in range(rounds)
-                  if LINES[(n * rounds + s) % len(LINES)].strip())  # empty lines skip the model
+    decoded = sum(model_lines(LINES[(n * rounds + s) % len(LINES)], libre=n % 2 == 0)
+                  for n in range(clients) for s in range(rounds))
     assert lines == decoded
     assert lines / batches > 1.5, f"{lines} lines in {batches} batches: not batched"
 
@@ -316,7 +366,7 @@ def test_an_ensemble_int8_and_an_export_answer_as_translate_does(engine, model, 
         done = run_mtkit(["export", "-m", model, "-o", "exported"], cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         served = tmp_path / "exported"
-    wanted = translate_cli(served, tmp_path, LINES, *options)
+    wanted = translate_cli(served, tmp_path, LINES, *options, *SPLIT)
     if engine == "ensemble":  # (int8 gives the tiny model's fp32 lines)
         assert wanted != expected["default"], "the second model should change some line"
     started = start_server(tmp_path, served, *options)
@@ -403,7 +453,7 @@ def mixed_clients(server: Server, expected: dict, clients: int, rounds: int) -> 
             else:
                 status, answer = server.post("/translate", libre(LINES[index]))
                 got = answer.get("translatedText", answer)
-                want = expected["default"][index]
+                want = expected["split"][index]
             if (status, got) != (200, want):
                 failures.append(f"client {number}, line {index}: {status} {got!r} != {want!r}")
 
@@ -491,6 +541,10 @@ def assert_error(status: int, headers: dict, body: bytes, expected_status: int,
     ("/translate", b'{"q": "a", "source": "es", "target": "en", "format": "html"}', 400,
      "only text"),
     ("/v1/translate", b'{"text": "a"}', 422, "text: expected a list of strings"),
+    ("/v1/translate", b'{"text": ["a"], "protect_regex": ["(x"]}', 422,
+     "protect_regex '(x': not a valid regular expression"),
+    ("/v1/translate", b'{"text": ["a"], "split": true, "beam": 2, "nbest": 2}', 422,
+     "split: not with nbest > 1"),
     ("/v1/translate", b'{"text": ["a", 1]}', 422, "text[1]: expected a string"),
     ("/v1/translate", b'{"text": ["a"], "beam": 0}', 422, "beam 0: 0 is out of range"),
     ("/v1/translate", b'{"text": ["a"], "beam": 100}', 422, "allows at most 16"),
@@ -511,7 +565,7 @@ def test_unknown_routes_and_methods_answer_json_errors(server):
 def test_the_server_survives_all_of_it(server, expected):
     """After every bad request above, it still answers, and no answer was a 500."""
     status, answer = server.post("/translate", libre(LINES[1]))
-    assert (status, answer) == (200, {"translatedText": expected["default"][1]})
+    assert (status, answer) == (200, {"translatedText": expected["split"][1]})
     statuses = {labels[1][1] for (name, labels) in server.metrics()
                 if name == "mtkit_serve_requests_total"}
     assert "500" not in statuses, statuses
@@ -550,9 +604,9 @@ def test_api_key(guarded, expected):
                             {"Authorization": f"Bearer {KEY}"})))
     body_key.start(), bearer.start()
     body_key.join(60), bearer.join(60)
-    assert answers["body"] == (200, {"translatedText": expected["default"][0]})
+    assert answers["body"] == (200, {"translatedText": expected["split"][0]})
     assert answers["bearer"][0] == 200
-    assert answers["bearer"][1]["translations"][0]["text"] == expected["default"][0]
+    assert answers["bearer"][1]["translations"][0]["text"] == expected["default"][0]  # no split
     # reading needs no key: the page, health, models and metrics
     status, _, body = guarded.request("GET", "/v1/models")
     assert status == 200 and json.loads(body)["api_key_required"] is True
@@ -575,7 +629,7 @@ def test_a_full_queue_answers_503_with_retry_after(guarded, expected):
     assert_error(status, headers, body, 503, "3 lines are waiting, the queue holds 4")
     assert headers["retry-after"] == "1"
     waiting.join(60)
-    assert first == [(200, {"translatedText": expected["default"][:3]})]
+    assert first == [(200, {"translatedText": expected["split"][:3]})]
 
 
 def test_a_keep_alive_client_that_comes_back_does_not_wait_out_the_window(guarded, expected):
@@ -592,7 +646,7 @@ def test_a_keep_alive_client_that_comes_back_does_not_wait_out_the_window(guarde
             response = connection.getresponse()
             answer = (response.status, json.loads(response.read()))
             took.append(time.monotonic() - start)
-            assert answer == (200, {"translatedText": expected["default"][i]})
+            assert answer == (200, {"translatedText": expected["split"][i]})
     finally:
         connection.close()
     assert took[0] >= 1.5 and took[1] < 0.75, took
@@ -613,7 +667,7 @@ def test_a_client_that_leaves_takes_its_lines_out_of_the_queue(guarded, expected
     wait_until(lambda: guarded.metrics().get(gone, 0) == before.get(gone, 0) + 1)
     # the others are not held up: a request now is answered at the end of its own window
     status, answer = guarded.post("/translate", libre(LINES[8], api_key=KEY))
-    assert (status, answer) == (200, {"translatedText": expected["default"][8]})
+    assert (status, answer) == (200, {"translatedText": expected["split"][8]})
     assert time.monotonic() - queued_at > 1.5  # so the left request's window is over too
     # and its two lines never reached the model: only the one line since did
     assert guarded.metrics()[decoded] == before[decoded] + 1
@@ -644,7 +698,7 @@ def test_sigterm_answers_the_request_in_flight_refuses_new_ones_and_exits_0(
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", server.port), timeout=5)
         in_flight.join(60)
-        assert answers == [(200, {"translatedText": expected["default"][:2]})]
+        assert answers == [(200, {"translatedText": expected["split"][:2]})]
         assert server.process.wait(30) == 0
         assert "SIGTERM" in server.stderr() and "Traceback" not in server.stderr()
     finally:
@@ -689,5 +743,5 @@ def test_the_page_translates_in_a_browser(server, browser, expected):
     browser.find_element(By.ID, "translate").click()
     wait.until(lambda b: re.fullmatch(r"\d+ ms", b.find_element(By.ID, "latency").text))
     shown = browser.find_element(By.ID, "output").get_property("textContent")
-    assert shown == expected["default"][2]
+    assert shown == expected["split"][2]
     assert "error" not in browser.find_element(By.ID, "output").get_attribute("class")

@@ -14,6 +14,7 @@ from mtkit.serve.api import (
     RequestError,
     Translation,
     check_api_key,
+    documents_apply,
     libre_answer,
     libre_request,
     libre_settings,
@@ -21,10 +22,9 @@ from mtkit.serve.api import (
     native_request,
     native_settings,
     parse_json,
-    score_answer,
-    score_request,
     split_lines,
 )
+from mtkit.serve.score_api import score_answer, score_request
 
 LANGS = Langs("es", "en")
 LIMITS = Limits(max_body_bytes=1000, max_lines=4, max_chars=20, max_queue=10, max_beam=8)
@@ -118,6 +118,15 @@ def test_bad_libretranslate_bodies(payload, status, needle):
     ({"text": ["a"], "alignment_unit": "subword"}, 422,
      "alignment_unit: give alignments: true too"),
     ({"text": ["a"], "alignment": True}, 422, "did you mean 'alignments'?"),
+    ({"text": ["a"], "split": "yes"}, 422, "split: expected true or false, got a string"),
+    ({"text": ["a"], "protect": 1}, 422, "protect: expected true or false, got a number"),
+    ({"text": ["a"], "protect_rules": "number"}, 422, "protect_rules: expected a list"),
+    ({"text": ["a"], "protect_rules": ["dates"]}, 422,
+     "protect_rules dates: not a placeholder rule; expected printf"),
+    ({"text": ["a"], "protect_regex": ["(x"]}, 422,
+     "protect_regex '(x': not a valid regular expression"),
+    ({"text": ["a"], "protect_regex": [""]}, 422, "matches empty text"),
+    ({"text": ["a"], "splt": True}, 422, "did you mean 'split'?"),
 ])
 def test_bad_native_bodies(payload, status, needle):
     found = error(native_request, payload, LIMITS)
@@ -175,6 +184,36 @@ def test_a_request_may_ask_for_alignments():
     assert second["hypotheses"] == [{"text": "", "score": 0.0, "alignment": []}]
     assert "alignment" not in native_answer(BASE, [line("x")], False, 0)[
         "translations"][0]["hypotheses"][0]
+
+
+def test_a_request_may_split_and_choose_its_placeholders():
+    def applies(request) -> bool:
+        settings = native_settings(BASE, request, LIMITS)
+        return documents_apply(request, settings, request.document.options(settings))
+
+    default = native_request({"text": ["a"]}, LIMITS)
+    options = default.document.options(BASE)
+    assert not options.split and options.protection.enabled
+    assert applies(default)  # protection is on by default
+    request = native_request({"text": ["a"], "split": True, "protect_rules": ["number"],
+                              "protect_regex": ["ID-\\d+"]}, LIMITS)
+    options = request.document.options(DecodeConfig(protect_regex=("X",)))
+    assert options.split and "number" in options.protection.rules
+    assert options.protection.patterns == ("X", "ID-\\d+")  # the server's and the request's
+    assert not native_request({"text": ["a"]}, LIMITS).document.options(
+        DecodeConfig(protect=False)).protection.enabled  # the server's settings by default
+    off = native_request({"text": ["a"], "protect": False}, LIMITS)
+    assert not applies(off)  # nothing to do: lines go as they are
+    for fields, name in (({"nbest": 2}, "nbest > 1"), ({"scores": True}, "scores"),
+                         ({"prefix": ["x"]}, "prefix"),
+                         ({"alignments": True, "alignment_unit": "subword"},
+                          "alignment_unit subword")):
+        split = native_request({"text": ["a"], "split": True, **fields}, LIMITS)
+        found = error(applies, split)
+        assert found.status == 422 and f"split: not with {name}" in found.message
+        alone = native_request({"text": ["a"], **fields}, LIMITS)  # placeholders: kept
+        assert applies(alone) == (name == "scores")  # (a line's score: its masked line's)
+    assert libre(q="a").document.split and not libre(q="a", alternatives=1).document.split
 
 
 def test_decode_settings_a_request_may_change():

@@ -1,0 +1,18 @@
+"""Field metadata helpers of the recipe's sections (sections.py says what they declare)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def between(low: float | None, high: float | None = None, doc: str = "") -> dict[str, Any]:
+    """Field metadata: the inclusive range of a number (None = unbounded) and its doc line.
+
+    Every number declares one (a test checks it): `between(None)` says "any value" on purpose.
+    """
+    return {"range": (low, high), "doc": doc}
+
+
+def doc(text: str) -> dict[str, Any]:
+    """Field metadata of a key that is not a number: its one-line description."""
+    return {"doc": text}
