@@ -91,6 +91,13 @@ def test_numbers_and_accelerators_are_switched_on_by_name():
     assert find("a b", protection(patterns=[r"a\sb"])) == []  # whitespace: never masked
 
 
+def test_the_recipe_knows_every_rule_by_name():
+    from mtkit.config.decode import PLACEHOLDER_RULES
+    from mtkit.document.placeholders import RULE_NAMES
+
+    assert RULE_NAMES == PLACEHOLDER_RULES  # decode.protect_rules is checked against these
+
+
 def test_bad_rules_are_config_errors_naming_the_flag():
     with pytest.raises(ConfigError, match=r"--protect bogus: not a placeholder rule"):
         protection(add=["bogus"])
