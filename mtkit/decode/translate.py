@@ -160,41 +160,47 @@ class Translator:
         return self.texts([h[0] for h in hyps])
 
     @overload
-    def translate_aligned(self, lines: str, unit: str = "word",
-                          prefixes: str | None = None) -> Aligned: ...
+    def translate_aligned(self, lines: str, unit: str = "word", prefixes: str | None = None,
+                          src_lang: str | None = None, tgt_lang: str | None = None
+                          ) -> Aligned: ...
     @overload
     def translate_aligned(self, lines: Sequence[str], unit: str = "word",
-                          prefixes: Sequence[str] | None = None) -> list[Aligned]: ...
+                          prefixes: Sequence[str] | None = None, src_lang: str | None = None,
+                          tgt_lang: str | None = None) -> list[Aligned]: ...
 
     def translate_aligned(self, lines: str | Sequence[str], unit: str = "word",
-                          prefixes: str | Sequence[str] | None = None
+                          prefixes: str | Sequence[str] | None = None,
+                          src_lang: str | None = None, tgt_lang: str | None = None
                           ) -> Aligned | list[Aligned]:
         """As `translate`, each translation with its links to the source (`align`)."""
         if isinstance(lines, str):
             return self.translate_aligned([lines], unit,
-                                          None if prefixes is None else [prefixes])[0]
-        found = self.search(lines, prefixes=prefixes)
-        links = self.align(lines, found, unit)
+                                          None if prefixes is None else [prefixes],
+                                          src_lang, tgt_lang)[0]
+        found = self.search(lines, prefixes=prefixes, src_lang=src_lang, tgt_lang=tgt_lang)
+        links = self.align(lines, found, unit, src_lang, tgt_lang)
         return [Aligned(text, line_links[0]) for text, line_links in
                 zip(self.texts([hyps[0] for hyps in found]), links, strict=True)]
 
-    def align(self, lines: Sequence[str], found: list[list[Hypothesis]], unit: str = "word"
-              ) -> list[list[Links]]:
-        """The links of every hypothesis `search` found for `lines`, from one teacher-forced
-        pass over each (align.py): (i, j) pairs, i counting the source line's whitespace
-        words (unit "word") or its pieces ("subword"; a tag excluded), j the hypothesis's;
-        every output word gets at least one. An empty line or hypothesis has none."""
+    def align(self, lines: Sequence[str], found: list[list[Hypothesis]], unit: str = "word",
+              src_lang: str | None = None, tgt_lang: str | None = None) -> list[list[Links]]:
+        """The links of every hypothesis `search` found for `lines` (with the same
+        `src_lang`, `tgt_lang`), from one teacher-forced pass over each (align.py): (i, j)
+        pairs, i counting the source line's whitespace words (unit "word") or its pieces
+        ("subword"; a tag or language token excluded), j the hypothesis's; every output word
+        gets at least one. An empty line or hypothesis has none."""
         if unit not in UNITS:
             raise ConfigError(f"alignment unit {unit}: expected {' or '.join(UNITS)}")
         depth = self.engine.recipe.model.dec_layers
         layer = self.settings.alignment_index(depth)
         if layer is None:
             raise ConfigError(self.settings.alignment_layer_error(depth))
+        tokenizer = self._pair_tokenizer(src_lang, tgt_lang)
         todo = [i for i, line in enumerate(lines) if line.strip()]
-        encoded = self.tokenizer.encode_src([lines[i] for i in todo]) if todo else []
+        encoded = tokenizer.encode_src([lines[i] for i in todo]) if todo else []
         pairs = [(i, k) for i in todo for k in range(len(found[i]))]
         sources = dict(zip(todo, (ids[: self.max_source] for ids in encoded)))
-        links = align(self.engine.cross_attention, self.tokenizer, [sources[i] for i, _ in pairs],
+        links = align(self.engine.cross_attention, tokenizer, [sources[i] for i, _ in pairs],
                       [found[i][k].tokens for i, k in pairs], layer, unit, self.max_tokens)
         out: list[list[Links]] = [[() for _ in hyps] for hyps in found]
         for (i, k), pair_links in zip(pairs, links, strict=True):
@@ -214,9 +220,7 @@ class Translator:
         which keys its samples' random streams and names it in warnings; default: from
         `first_line` on (default: the lines translated so far). A multilingual model's
         target language token leads each hypothesis (forced, before the prefix)."""
-        tokenizer = self.tokenizer  # another pair: with_langs (an unknown code: DataError)
-        if src_lang is not None or tgt_lang is not None:
-            tokenizer = tokenizer.with_langs(src_lang, tgt_lang)
+        tokenizer = self._pair_tokenizer(src_lang, tgt_lang)
         first_line = self.stats.sentences if first_line is None else first_line
         numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
         for given, what in ((prefixes, "prefixes"), (numbers, "line numbers")):
@@ -241,6 +245,13 @@ class Translator:
         self.stats.sentences += len(lines)
         self.stats.tokens += sum(len(r[0].tokens) for r in results)
         return results
+
+    def _pair_tokenizer(self, src_lang: str | None, tgt_lang: str | None) -> Tokenizer:
+        """The tokenizer for a multilingual model's pair of one call (None: the
+        translator's); an unknown code: DataError."""
+        if src_lang is None and tgt_lang is None:
+            return self.tokenizer
+        return self.tokenizer.with_langs(src_lang, tgt_lang)
 
     @overload
     def score(self, sources: str, targets: str) -> PairScore: ...
