@@ -22,7 +22,7 @@ from mtkit.data.tokenizer import Tokenizer
 from mtkit.decode.align import UNITS, Aligned, Links, align, pharaoh
 from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
-from mtkit.decode.scoring import PairScore, TooLong, encode_pairs, score_encoded
+from mtkit.decode.scoring import UNSCORED, PairScore, encode_pairs, score_encoded
 from mtkit.decode.search import Hypothesis
 from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.runtime.devices import resolve_device, set_threads
@@ -259,27 +259,33 @@ class Translator:
     def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[PairScore]: ...
 
     def score(self, sources: str | Sequence[str], targets: str | Sequence[str],
-              first_line: int = 0, names: tuple[str, str] = ("source", "target")
-              ) -> PairScore | list[PairScore]:
+              first_line: int = 0, names: tuple[str, str] = ("source", "target"),
+              skip_long: bool = False) -> PairScore | list[PairScore]:
         """The model's log-probability of each given target after its source (one pair:
         one score), EOS included: `PairScore.total`, `.per_token`, `.token_logprobs`.
 
         Empty lines are pairs like any other. A source or target over the model's
         `max_source` tokens is a DataError naming `names[side]` and the line (counted
-        from `first_line`, 0-based), not a truncated score."""
+        from `first_line`, 0-based), not a truncated score; with `skip_long`, its pair
+        scores `scoring.UNSCORED` (-inf) instead."""
         if isinstance(sources, str) and isinstance(targets, str):
-            return self.score([sources], [targets], first_line, names)[0]
+            return self.score([sources], [targets], first_line, names, skip_long)[0]
         if isinstance(sources, str) or isinstance(targets, str) or len(sources) != len(targets):
             raise ConfigError("Translator.score: give as many targets as sources (two "
                               "strings, or two lists of one length)")
-        try:
-            src, tgt = encode_pairs(self.tokenizer, sources, targets, self.max_source)
-        except TooLong as exc:
-            name = names[exc.side == "target"]
-            raise DataError(f"{name} line {first_line + exc.index + 1}: {exc.length} tokens, "
-                            f"the model takes at most {exc.limit}; shorten or split the "
-                            "pair (a truncated pair would get another pair's score)") from None
-        return score_encoded(self.engine, src, tgt, self.max_tokens)
+        src, tgt, long = encode_pairs(self.tokenizer, sources, targets, self.max_source)
+        if long and not skip_long:
+            first = long[0]
+            name = names[first.side == "target"]
+            raise DataError(f"{name} line {first_line + first.index + 1}: {first.length} "
+                            f"tokens, the model takes at most {first.limit}; shorten or split "
+                            "the pair, or skip such pairs (score-pairs --skip-long): a truncated "
+                            "pair would get another pair's score")
+        skipped = {pair.index for pair in long}
+        kept = [i for i in range(len(src)) if i not in skipped]
+        scored = iter(score_encoded(self.engine, [src[i] for i in kept], [tgt[i] for i in kept],
+                                    self.max_tokens))
+        return [UNSCORED if i in skipped else next(scored) for i in range(len(src))]
 
     def _encode_prefixes(self, tokenizer: Tokenizer, prefixes: Sequence[str] | None,
                          todo: list[int], numbers: Sequence[int]) -> list[list[int]] | None:
