@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIBLE, record  # noqa: E402
-from import_marian import child, import_step  # noqa: E402
+from import_marian import child, compare_with_reference, import_step  # noqa: E402
 
 SHAPES = {  # nllb-200-distilled-600M's published shape; tiny: a check that the script runs
     "nllb-600m": {"layers": 12, "d_model": 1024, "heads": 16, "ffn": 4096, "vocab": 256206},
@@ -74,50 +73,14 @@ def build_step(out: Path, shape: dict) -> dict:
 
 def check_step(model_dir: Path, bundle_path: Path, threads: int, repeat: int,
                sentences: int) -> dict:
-    import torch
     from transformers import M2M100ForConditionalGeneration
 
-    from mtkit.config import DecodeConfig
-    from mtkit.decode.engine import TorchEngine
     from mtkit.model.checkpoint import load_checkpoint
 
-    torch.set_num_threads(threads)
     bundle = load_checkpoint(bundle_path)
-    tok = bundle.tokenizer().with_langs(*PAIR)
-    engine = TorchEngine([bundle.model(tok)], tok, bundle.recipe)
-    reference = M2M100ForConditionalGeneration.from_pretrained(model_dir).eval()
-    s = tok.specials
-    src_lines = (BIBLE / "dev.es").read_text(encoding="utf-8").splitlines()[:sentences]
-    tgt_lines = (BIBLE / "dev.en").read_text(encoding="utf-8").splitlines()[:sentences]
-    worst = 0.0
-    for src_ids, tgt_ids in zip(tok.encode_src(src_lines), tok.encode_tgt(tgt_lines)):
-        src = torch.tensor([src_ids + [s.eos]])
-        tgt = torch.tensor([[s.start, *tgt_ids]])
-        with torch.no_grad():
-            ours = engine.models[0](src, tgt).log_softmax(-1)
-            theirs = reference(input_ids=src, decoder_input_ids=tgt).logits.log_softmax(-1)
-        worst = max(worst, float((ours - theirs).abs().max()))
-    one = tok.encode_src(src_lines[:1])
-    src, lang = torch.tensor([one[0] + [s.eos]]), tok.target_start[0]
-    cap = 20  # a random model rarely ends early: the same 20 steps for both
-
-    def timed(call) -> float:
-        times = []
-        for _ in range(repeat + 1):  # the first call warms up
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times[1:]) * 1000
-
-    latency = {"source_tokens": len(one[0]) + 1}
-    for beam in (1, 4):
-        settings = DecodeConfig(beam=beam, lenpen=1.0, max_len_a=0.0, max_len_b=cap)
-        latency[f"mtkit_beam{beam}_ms"] = timed(
-            lambda s=settings: engine.search(one, s, prefixes=[[lang]]))
-        latency[f"transformers_beam{beam}_ms"] = timed(lambda b=beam: reference.generate(
-            input_ids=src, num_beams=b, max_new_tokens=cap + 1, do_sample=False,
-            forced_bos_token_id=lang))
-    return {"max_abs_logprob_diff": worst, "sentences": sentences, **latency}
+    return compare_with_reference(bundle, bundle.tokenizer().with_langs(*PAIR),
+                                  M2M100ForConditionalGeneration, model_dir, threads, repeat,
+                                  sentences)
 
 
 def main() -> None:

@@ -91,18 +91,29 @@ def import_step(model_dir: Path, out: Path) -> dict:
 
 def check_step(model_dir: Path, bundle_path: Path, threads: int, repeat: int,
                sentences: int) -> dict:
-    import torch
     from transformers import MarianMTModel
+
+    from mtkit.model.checkpoint import load_checkpoint
+
+    bundle = load_checkpoint(bundle_path)
+    return compare_with_reference(bundle, bundle.tokenizer(), MarianMTModel, model_dir,
+                                  threads, repeat, sentences)
+
+
+def compare_with_reference(bundle, tok, reference_class, model_dir: Path, threads: int,
+                           repeat: int, sentences: int) -> dict:
+    """The imported model against transformers' on the first dev verses: the largest
+    difference of teacher-forced log-probabilities, and one sentence's latency (beam 1 and
+    4, 20 steps) of mtkit's search and of `generate()`. A multilingual tokenizer's target
+    language token is forced in both."""
+    import torch
 
     from mtkit.config import DecodeConfig
     from mtkit.decode.engine import TorchEngine
-    from mtkit.model.checkpoint import load_checkpoint
 
     torch.set_num_threads(threads)
-    bundle = load_checkpoint(bundle_path)
-    tok = bundle.tokenizer()
     engine = TorchEngine([bundle.model(tok)], tok, bundle.recipe)
-    reference = MarianMTModel.from_pretrained(model_dir).eval()
+    reference = reference_class.from_pretrained(model_dir).eval()
     s = tok.specials
     src_lines = (BIBLE / "dev.es").read_text(encoding="utf-8").splitlines()[:sentences]
     tgt_lines = (BIBLE / "dev.en").read_text(encoding="utf-8").splitlines()[:sentences]
@@ -116,6 +127,8 @@ def check_step(model_dir: Path, bundle_path: Path, threads: int, repeat: int,
         worst = max(worst, float((ours - theirs).abs().max()))
     one = tok.encode_src(src_lines[:1])
     src = torch.tensor([one[0] + [s.eos]])
+    lang = list(tok.target_start)  # a multilingual model's target language, else none
+    forced = {"forced_bos_token_id": lang[0]} if lang else {}
     cap = 20  # a random model rarely ends early: the same 20 steps for both
 
     def timed(call) -> float:
@@ -126,12 +139,13 @@ def check_step(model_dir: Path, bundle_path: Path, threads: int, repeat: int,
             times.append(time.perf_counter() - start)
         return statistics.median(times[1:]) * 1000
 
-    latency = {}
+    latency = {"source_tokens": len(one[0]) + 1}
     for beam in (1, 4):
         settings = DecodeConfig(beam=beam, lenpen=1.0, max_len_a=0.0, max_len_b=cap)
-        latency[f"mtkit_beam{beam}_ms"] = timed(lambda s=settings: engine.search(one, s))
+        latency[f"mtkit_beam{beam}_ms"] = timed(lambda s=settings: engine.search(
+            one, s, prefixes=[lang] if lang else None))
         latency[f"transformers_beam{beam}_ms"] = timed(lambda b=beam: reference.generate(
-            input_ids=src, num_beams=b, max_new_tokens=cap + 1, do_sample=False))
+            input_ids=src, num_beams=b, max_new_tokens=cap + 1, do_sample=False, **forced))
     return {"max_abs_logprob_diff": worst, "sentences": sentences, **latency}
 
 

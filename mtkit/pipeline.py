@@ -269,8 +269,9 @@ def binarize_recipe(recipe: Recipe, paths: RunPaths, tokenizer: Tokenizer,
     """Binarise the recipe's train/valid splits with its (already trained) tokenizer."""
     corpora = training_splits(recipe)
     tags = {name: c.tag for name, c in corpora if c.tag is not None}
+    links = {name: c.alignments for name, c in corpora if c.alignments is not None}
     return binarize(tokenizer, _splits(recipe), paths.data, workers, _train_max_len(recipe),
-                    recipe.data.max_ratio, tuple(name for name, _ in corpora), tags)
+                    recipe.data.max_ratio, tuple(name for name, _ in corpora), tags, links)
 
 
 def binarize_stage(run: PipelineRun) -> None:
@@ -306,8 +307,13 @@ def _binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: Manifest
             if stored.fingerprint != file_fingerprint(path):
                 return f"{path} changed"
     for name, corpus in training_splits(recipe):
-        if manifest.splits[name].tag != corpus.tag:
+        split = manifest.splits[name]
+        if split.tag != corpus.tag:
             return f"the tag of {corpus.src} changed"
+        stored = None if split.links is None else split.links.fingerprint
+        given = None if corpus.alignments is None else file_fingerprint(corpus.alignments)
+        if stored != given:
+            return f"the alignments of {corpus.src} changed"
     return ""
 
 

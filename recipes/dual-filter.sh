@@ -41,9 +41,9 @@ train es-en-clean es en "[{src: $WORK/clean.es, tgt: $WORK/clean.en}]" "$@"
 train en-es-clean en es "[{src: $WORK/clean.en, tgt: $WORK/clean.es}]" "$@"
 
 # 2. every noisy pair scored both ways, the best KEEP share kept
-"$mtkit" score-pairs -m "$WORK/es-en-clean/model.pt" --src "$WORK/noisy.src" \
+"$mtkit" score-pairs --skip-long -m "$WORK/es-en-clean/model.pt" --src "$WORK/noisy.src" \
     --tgt "$WORK/noisy.tgt" > "$WORK/forward.scores"
-"$mtkit" score-pairs -m "$WORK/en-es-clean/model.pt" --src "$WORK/noisy.tgt" \
+"$mtkit" score-pairs --skip-long -m "$WORK/en-es-clean/model.pt" --src "$WORK/noisy.tgt" \
     --tgt "$WORK/noisy.src" > "$WORK/backward.scores"
 python3 "$here/dual_filter.py" select "$WORK/noisy.src" "$WORK/noisy.tgt" \
     "$WORK/forward.scores" "$WORK/backward.scores" "$WORK/filtered" --keep "$KEEP" \

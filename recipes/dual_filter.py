@@ -19,6 +19,7 @@ the pair likely, and equally so.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 from pathlib import Path
@@ -57,11 +58,13 @@ def corrupt(src: list[str], tgt: list[str], share: float, seed: int
 
 
 def dual_scores(forward: list[str], backward: list[str]) -> list[float]:
-    """Per pair, |H_f - H_b| + (H_f + H_b) / 2 from score-pairs' `total<TAB>per_token`."""
+    """Per pair, |H_f - H_b| + (H_f + H_b) / 2 from score-pairs' `total<TAB>per_token`;
+    a pair either model could not read (`-inf`, score-pairs --skip-long) ranks last."""
     scores = []
     for f, b in zip(forward, backward, strict=True):
         h_f, h_b = -float(f.split("\t")[1]), -float(b.split("\t")[1])
-        scores.append(abs(h_f - h_b) + (h_f + h_b) / 2)
+        worst = math.isinf(h_f) or math.isinf(h_b)
+        scores.append(math.inf if worst else abs(h_f - h_b) + (h_f + h_b) / 2)
     return scores
 
 

@@ -64,6 +64,14 @@ def reverse_task(directory: Path, n_train: int = 3000, n_test: int = 100, seed: 
     }
 
 
+def reverse_links(src: Path, out: Path) -> Path:
+    """The reversal's true word links of each line of `src` (Pharaoh `i-j`), into `out`."""
+    rows = [len(line.split()) for line in src.read_text(encoding="utf-8").splitlines()]
+    out.write_text("".join(" ".join(f"{i}-{n - 1 - i}" for i in range(n)) + "\n"
+                           for n in rows), encoding="utf-8")
+    return out
+
+
 def reverse_recipe(files: dict, max_steps: int = 350) -> dict[str, Any]:
     """A raw recipe (for recipe_from_dict) that learns the reverse task in seconds."""
     return raw_recipe(

@@ -83,6 +83,9 @@ def binarize(
     tgt: Path | None = typer.Option(None, "--tgt", metavar="FILE", help="Target text file."),
     split: str = typer.Option("train", "--split", metavar="NAME",
                               help="Split name for --src/--tgt."),
+    alignments: Path | None = typer.Option(
+        None, "--alignments", metavar="FILE",
+        help="Word links (i-j) of each pair, kept for guided-alignment training."),
     output: Path | None = typer.Option(None, "-o", "--output", metavar="DIR",
                                        help="Output directory."),
     old_out: Path | None = typer.Option(None, "--out", hidden=True),  # the old spelling
@@ -109,7 +112,8 @@ def binarize(
     if tokenizer is None or src is None or tgt is None or out is None:
         raise ConfigError("binarize: give a recipe, or --tokenizer, --src, --tgt and --output")
     tok = Tokenizer.from_files(tokenizer, tgt_tokenizer)
-    binarize_files(tok, {split: (src, tgt)}, out, workers, max_len, max_ratio)
+    binarize_files(tok, {split: (src, tgt)}, out, workers, max_len, max_ratio,
+                   alignments=None if alignments is None else {split: alignments})
     log.info("binarised data written to %s", out)
 
 

@@ -148,6 +148,9 @@ def score_pairs(
     quantize: str = QuantizeOpt,
     engine: str = EngineOpt,
     quiet: bool = typer.Option(False, "--quiet", help="No summary line on stderr."),
+    skip_long: bool = typer.Option(
+        False, "--skip-long", help="A pair longer than the model reads scores -inf "
+        "(a filter drops it first) instead of stopping the run."),
 ) -> None:
     """Score given translations: one line per pair, the natural-log probability of the
     target given the source and that divided by its tokens (EOS counted), TAB-separated."""
@@ -155,7 +158,8 @@ def score_pairs(
 
     job = ScoreJob(models=tuple(models), src_file=src_file, tgt_file=tgt_file,
                    output_file=output_file, tag=tag, max_tokens=max_tokens, device=device,
-                   threads=threads, quantize=quantize, engine=engine, quiet=quiet)
+                   threads=threads, quantize=quantize, engine=engine, quiet=quiet,
+                   skip_long=skip_long)
     try:
         stats = score_job(job)
     except BrokenPipeError:

@@ -189,7 +189,7 @@ def check_data_files(recipe: Recipe, where: str) -> None:
     for key, pair in pairs:
         if pair is None:
             continue
-        for side in ("src", "tgt"):
-            file = getattr(pair, side)
-            if not file.is_file():
+        for side in ("src", "tgt", "alignments"):
+            file = getattr(pair, side, None)
+            if file is not None and not file.is_file():
                 raise ConfigError(f"{where}: {key}.{side}: data file not found: {file}")

@@ -119,6 +119,9 @@ class Corpus:
         0.0, doc="an epoch samples round(pairs x weight) of its pairs; above 0")})
     tag: str | None = field(default=None, metadata={"parse": parse_tag, **doc(
         "marks its source lines with the control symbol `<tag>` (e.g. BT for back-translation)")})
+    alignments: Path | None = field(default=None, metadata=doc(
+        "word links of each pair, `i-j` (Pharaoh, as fast_align or eflomal write them), one "
+        "line per pair: guided-alignment training (train.alignment_weight)"))
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,9 @@ class TrainConfig:
         0.0, 1.0, doc="the share of the updates that wsd spends decaying"))
     label_smoothing: float = field(default=0.1, metadata=between(
         0.0, 0.99, doc="probability mass spread over the vocabulary in the loss"))
+    alignment_weight: float = field(default=0.1, metadata=between(
+        0.0, doc="weight of the guided-alignment loss (Garg et al., 2019) on the "
+        "decode.alignment_layer's cross-attention, for corpora that give `alignments`"))
     adam_betas: tuple[float, float] = field(default=(0.9, 0.98), metadata=between(
         None, doc="Adam's two decay rates"))
     adam_eps: float = field(default=1e-8, metadata=between(0.0, 1.0, doc="Adam's epsilon"))
@@ -349,6 +355,9 @@ class Recipe:
         if self.train.init_from is not None and self.tokenizer.model is not None:
             raise ValueError("tokenizer.model: train.init_from brings the parent's "
                              "SentencePiece model; leave tokenizer.model out")
+        if self.tokenizer.sample_alpha and any(c.alignments for c in self.data.train):
+            raise ValueError("data.train alignments: word links fix one segmentation; leave "
+                             "them out or set tokenizer.sample_alpha: 0")
         if self.model.tie_embeddings == "all" and not self.tokenizer.joint:
             raise ValueError(
                 "model.tie_embeddings: 'all' needs tokenizer.joint: true "

@@ -140,6 +140,9 @@ class Batch:
     tgt_in: torch.Tensor  # (B, T) long: start + ids (decoder input)
     tgt_out: torch.Tensor  # (B, T) long: ids + EOS (what the decoder predicts)
     ntokens: int  # non-pad tokens in tgt_out: the loss normaliser
+    # (K, 3) long: the pairs' piece links as (row, target position, source position), the
+    # target position indexing tgt_out; None when not asked for
+    links: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.src.shape[0]
@@ -148,7 +151,8 @@ class Batch:
         src, tgt_in, tgt_out = (
             t.to(device, non_blocking=non_blocking) for t in (self.src, self.tgt_in, self.tgt_out)
         )
-        return Batch(src, tgt_in, tgt_out, self.ntokens)
+        links = None if self.links is None else self.links.to(device, non_blocking=non_blocking)
+        return Batch(src, tgt_in, tgt_out, self.ntokens, links)
 
 
 class Pairs(Protocol):
@@ -158,12 +162,14 @@ class Pairs(Protocol):
 
     def tgt(self, i: int) -> np.ndarray: ...
 
+    def links(self, i: int) -> np.ndarray: ...
+
 
 def make_batch(data: Pairs, indices: list[int], specials: SpecialIds,
-               max_len: int | None = None) -> Batch:
+               max_len: int | None = None, links: bool = False) -> Batch:
     """Pad the pairs at `indices` into tensors with the model's special ids; `max_len` cuts
     longer sides (dev sets keep every line, so a line longer than the model allows is
-    shortened rather than dropped)."""
+    shortened rather than dropped). `links`: with the pairs' piece links (Batch.links)."""
     src_pieces = [data.src(i)[:max_len] for i in indices]
     tgt_pieces = [data.tgt(i)[:max_len] for i in indices]
     src_lens = np.array([len(p) for p in src_pieces], dtype=np.int64)  # (B,)
@@ -185,7 +191,21 @@ def make_batch(data: Pairs, indices: list[int], specials: SpecialIds,
         tgt_in=torch.from_numpy(tgt_in),
         tgt_out=torch.from_numpy(tgt_out),
         ntokens=int(tgt_lens.sum()) + len(indices),
+        links=_batch_links(data, indices, src_lens, tgt_lens) if links else None,
     )
+
+
+def _batch_links(data: Pairs, indices: list[int], src_lens: np.ndarray, tgt_lens: np.ndarray
+                 ) -> torch.Tensor:
+    """(K, 3) (row, target position, source position) of the pairs' links that fall
+    within their (cut) sides."""
+    rows = []
+    for row, i in enumerate(indices):
+        pairs = data.links(i)  # (k, 2) (source, target)
+        inside = (pairs[:, 0] < src_lens[row]) & (pairs[:, 1] < tgt_lens[row])
+        pairs = pairs[inside]
+        rows.append(np.stack([np.full(len(pairs), row), pairs[:, 1], pairs[:, 0]], axis=1))
+    return torch.from_numpy(np.concatenate(rows).astype(np.int64)).reshape(-1, 3)
 
 
 def _pad_right(pieces: list[np.ndarray], lens: np.ndarray, width: int, pad: int) -> np.ndarray:

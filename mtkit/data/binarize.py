@@ -3,8 +3,9 @@
 Each split and side becomes two files: `{split}.{side}.bin`, every sentence's token ids
 one after the other, and `{split}.{side}.idx`, n+1 int64 offsets into it (read back by
 dataset.ParallelData); `{split}.lines` holds the line number (int64, from 0) of each pair
-kept. Lines are encoded in chunks by a pool of worker processes, and the training splits
-are filtered on the way. The output directory is built under another name and swapped in
+kept; a split with an alignments file also gets its pairs' piece links (links.py).
+Lines are encoded in chunks by a pool of worker processes, and the training splits are
+filtered on the way. The output directory is built under another name and swapped in
 whole (atomic.replace_dir), with manifest.json written last; a split whose files, tag,
 tokenizer and filters are unchanged is hard-linked from the old directory, not encoded
 again, so adding a corpus encodes only that corpus.
@@ -13,7 +14,6 @@ again, so adding a corpus encodes only that corpus.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import itertools
 import multiprocessing
 import os
@@ -26,18 +26,24 @@ from pathlib import Path
 
 import numpy as np
 
+from mtkit.data.bindir import (
+    SplitInput,
+    link_split,
+    old_manifest,
+    prepare_out_dir,
+    reusable_split,
+)
+from mtkit.data.links import SIDE as LINKS
+from mtkit.data.links import encode_links
 from mtkit.data.manifest import (
     DROP_REASONS,
-    MANIFEST_NAME,
     Manifest,
-    SourceFile,
     SplitInfo,
-    load_manifest,
 )
 from mtkit.data.tokenizer import Tokenizer
 from mtkit.errors import ConfigError, DataError
-from mtkit.files.atomic import old_dir, recover_dir, replace_dir
-from mtkit.files.textio import count_lines, file_fingerprint, read_lines
+from mtkit.files.atomic import replace_dir
+from mtkit.files.textio import count_lines, read_lines
 from mtkit.progress import progress_bar
 from mtkit.runtime.devices import usable_cores
 
@@ -48,8 +54,12 @@ SIDES = ("src", "tgt")
 
 _worker_tokenizer: Tokenizer | None = None
 
-# One encoded chunk: flat src ids, src lengths, flat tgt ids, tgt lengths
-Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# A chunk of lines: (src, tgt, alignments or None, the line number of its first pair)
+Chunk = tuple[list[str], list[str], list[str] | None, int]
+# One encoded chunk: flat src ids, src lengths, flat tgt ids, tgt lengths, then the flat
+# piece links (links.py) and their lengths, empty when the split has no alignments
+Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_NO_LINKS = (np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64))
 
 
 def _init_worker(src: bytes, tgt: bytes | None, vocab: bytes | None) -> None:
@@ -57,14 +67,17 @@ def _init_worker(src: bytes, tgt: bytes | None, vocab: bytes | None) -> None:
     _worker_tokenizer = Tokenizer(src, tgt, threads=1, vocab=vocab)  # the pool is the parallelism
 
 
-def _encode_in_worker(chunk: tuple[list[str], list[str]], tag: str | None) -> Encoded:
+def _encode_in_worker(chunk: Chunk, tag: str | None, links_file: str | None) -> Encoded:
     assert _worker_tokenizer is not None
-    return _encode_chunk(_worker_tokenizer.tagged(tag), chunk)
+    return _encode_chunk(_worker_tokenizer.tagged(tag), chunk, links_file)
 
 
-def _encode_chunk(tokenizer: Tokenizer, chunk: tuple[list[str], list[str]]) -> Encoded:
-    src_lines, tgt_lines = chunk
-    return (*_flatten(tokenizer.encode_src(src_lines)), *_flatten(tokenizer.encode_tgt(tgt_lines)))
+def _encode_chunk(tokenizer: Tokenizer, chunk: Chunk, links_file: str | None) -> Encoded:
+    src_lines, tgt_lines, link_lines, first = chunk
+    src_ids, tgt_ids = tokenizer.encode_src(src_lines), tokenizer.encode_tgt(tgt_lines)
+    links = _NO_LINKS if link_lines is None else encode_links(
+        tokenizer, (src_lines, tgt_lines, link_lines), (src_ids, tgt_ids), (links_file, first))
+    return (*_flatten(src_ids), *_flatten(tgt_ids), *links)
 
 
 def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -92,16 +105,16 @@ class _Encoder:
                 (tokenizer.src_bytes, tokenizer.tgt_bytes, tokenizer.vocab_bytes)
             )
 
-    def map(self, chunks: Iterable[tuple[list[str], list[str]]],
-            tag: str | None = None) -> Iterator[Encoded]:
+    def map(self, chunks: Iterable[Chunk], tag: str | None = None,
+            links_file: str | None = None) -> Iterator[Encoded]:
         if self.pool is None:
             local = self.local.tagged(tag)
-            yield from (_encode_chunk(local, chunk) for chunk in chunks)
+            yield from (_encode_chunk(local, chunk, links_file) for chunk in chunks)
             return
         # Pool.imap would read the whole input ahead; a bounded queue keeps memory flat
         pending: deque = deque()
         for chunk in chunks:
-            pending.append(self.pool.apply_async(_encode_in_worker, (chunk, tag)))
+            pending.append(self.pool.apply_async(_encode_in_worker, (chunk, tag, links_file)))
             if len(pending) >= 2 * self.workers:
                 yield pending.popleft().get()
         while pending:
@@ -113,23 +126,24 @@ class _Encoder:
             self.pool.join()
 
 
-def _parallel_chunks(split: str, src: Path, tgt: Path) -> Iterator[tuple[list[str], list[str]]]:
-    src_lines, tgt_lines = read_lines(src), read_lines(tgt)
+def _parallel_chunks(split: str, src: Path, tgt: Path, links: Path | None) -> Iterator[Chunk]:
+    files = [read_lines(src), read_lines(tgt)] + ([] if links is None else [read_lines(links)])
+    first = 1
     while True:
-        src_chunk = list(itertools.islice(src_lines, CHUNK_LINES))
-        tgt_chunk = list(itertools.islice(tgt_lines, CHUNK_LINES))
-        if len(src_chunk) != len(tgt_chunk):  # a file changed since we counted its lines
-            raise _length_mismatch(split, src, tgt, count_lines(src), count_lines(tgt))
-        if not src_chunk:
+        chunks = [list(itertools.islice(lines, CHUNK_LINES)) for lines in files]
+        if len({len(chunk) for chunk in chunks}) > 1:  # a file changed since we counted
+            paths = [src, tgt] + ([] if links is None else [links])
+            raise _length_mismatch(split, paths)
+        if not chunks[0]:
             return
-        yield src_chunk, tgt_chunk
+        yield chunks[0], chunks[1], chunks[2] if links is not None else None, first
+        first += len(chunks[0])
 
 
-def _length_mismatch(split: str, src: Path, tgt: Path, src_lines: int, tgt_lines: int) -> DataError:
-    return DataError(
-        f"{split}: {src} has {src_lines} lines but {tgt} has {tgt_lines}; "
-        "parallel files must have the same number of lines"
-    )
+def _length_mismatch(split: str, files: list[Path]) -> DataError:
+    counts = [f"{path} has {count_lines(path)}" for path in files]
+    return DataError(f"{split}: {counts[0]} lines but {' and '.join(counts[1:])}; "
+                     "parallel files must have the same number of lines")
 
 
 # --------------------------------------------------------------------------- filtering
@@ -181,32 +195,32 @@ def _close_synced(f) -> None:
 
 
 def _binarize_split(
-    split: str,
-    src: Path,
-    tgt: Path,
+    split: SplitInput,
     encoder: _Encoder,
     out: Path,
     dtype: np.dtype,
     limits: tuple[int, float] | None,  # (max_len, max_ratio) for filtered splits
     total_lines: int,  # for the progress bar
-    tag: str | None,
-    files: tuple[SourceFile, SourceFile],  # src and tgt as fingerprinted before encoding
 ) -> SplitInfo:
-    writers = [_SideWriter(out / f"{split}.{side}", dtype) for side in SIDES]
-    kept_lines = open(out / f"{split}.lines", "wb")
+    name, links = split.name, split.paths[2]
+    writers = [_SideWriter(out / f"{name}.{side}", dtype) for side in SIDES]
+    if links is not None:
+        writers.append(_SideWriter(out / f"{name}.{LINKS}", np.dtype(np.int32)))
+    kept_lines = open(out / f"{name}.lines", "wb")
     lines, dropped = 0, dict.fromkeys(DROP_REASONS, 0)
     bar = progress_bar(total_lines, "line")
     try:
-        chunks = _parallel_chunks(split, src, tgt)
-        for src_flat, src_lens, tgt_flat, tgt_lens in encoder.map(chunks, tag):
+        chunks = _parallel_chunks(name, *split.paths)
+        for encoded in encoder.map(chunks, split.tag, None if links is None else str(links)):
+            src_lens, tgt_lens = encoded[1], encoded[3]
             if bar is not None:
                 bar.update(len(src_lens))
             keep = np.ones(len(src_lens), dtype=bool)
             if limits is not None:
                 keep, counts = _keep_mask(src_lens, tgt_lens, *limits)
                 dropped = {k: dropped[k] + counts[k] for k in DROP_REASONS}
-            writers[0].append(src_flat, src_lens, keep)
-            writers[1].append(tgt_flat, tgt_lens, keep)
+            for k, writer in enumerate(writers):
+                writer.append(encoded[2 * k], encoded[2 * k + 1], keep)
             kept_lines.write(lines + np.flatnonzero(keep).astype(np.int64))
             lines += len(src_lens)
     finally:
@@ -222,46 +236,11 @@ def _binarize_split(
         tgt_tokens=writers[1].tokens,
         filtered=limits is not None,
         dropped=dropped,
-        src=files[0],
-        tgt=files[1],
-        tag=tag,
+        src=split.files[0],
+        tgt=split.files[1],
+        tag=split.tag,
+        links=split.files[2],
     )
-
-
-def _source(path: Path) -> SourceFile:
-    return SourceFile(os.path.abspath(path), file_fingerprint(path))
-
-
-def _reusable(old: Manifest | None, old_dir: Path, dtype: np.dtype, tokenizer: str,
-              filters: tuple[int, float], files: tuple[SourceFile, SourceFile],
-              tag: str | None, filtered: bool) -> tuple[str, SplitInfo] | None:
-    """A split of the old directory made from the same files in the same way, if any:
-    (its name, its info)."""
-    if old is None or (old.dtype, old.tokenizer) != (dtype.name, tokenizer):
-        return None
-    if filtered and (old.max_len, old.max_ratio) != filters:
-        return None
-    fingerprints = (files[0].fingerprint, files[1].fingerprint)
-    for name, info in old.splits.items():
-        if ((info.src.fingerprint, info.tgt.fingerprint) == fingerprints
-                and (info.tag, info.filtered) == (tag, filtered)
-                and all((old_dir / f"{name}{suffix}").is_file() for suffix in SPLIT_FILES)):
-            return name, info
-    return None
-
-
-SPLIT_FILES = (".src.bin", ".src.idx", ".tgt.bin", ".tgt.idx", ".lines")
-
-
-def _link_split(old_dir: Path, old_name: str, new_dir: Path, name: str) -> None:
-    """The old split's files into new_dir under `name`: hard links (the files are never
-    written again once made), or copies where the filesystem has no links."""
-    for suffix in SPLIT_FILES:
-        source, target = old_dir / f"{old_name}{suffix}", new_dir / f"{name}{suffix}"
-        try:
-            os.link(source, target)
-        except OSError:
-            shutil.copyfile(source, target)
 
 
 # --------------------------------------------------------------------------- binarize
@@ -279,26 +258,29 @@ def binarize(
     max_ratio: float = 3.0,
     filter_splits: tuple[str, ...] = ("train",),
     tags: dict[str, str] | None = None,
+    alignments: dict[str, Path] | None = None,
 ) -> Manifest:
     """Encode parallel text files into `out_dir`; return the manifest (also manifest.json).
 
     Pairs of the splits in `filter_splits` are dropped when empty, longer than `max_len`
     tokens or more unbalanced than `max_ratio`; other splits keep every line, so their
     outputs stay aligned with references. `tags` (split -> tag) starts each source line of
-    a split with its tag. `workers`: 0 = one per CPU, 1 = in-process.
+    a split with its tag; `alignments` (split -> file) gives its pairs' word links, kept
+    as piece links (links.py). `workers`: 0 = one per CPU, 1 = in-process.
     """
     out_dir = Path(out_dir)
-    splits = {name: (Path(src), Path(tgt)) for name, (src, tgt) in splits.items()}
-    tags = tags or {}
-    lines = _check_splits(splits)
+    tags, alignments = tags or {}, alignments or {}
+    inputs = {name: (Path(src), Path(tgt), None if name not in alignments
+                     else Path(alignments[name])) for name, (src, tgt) in splits.items()}
+    lines = _check_splits(inputs)
     for tag in tags.values():
         tokenizer.tagged(tag)  # a tag the tokenizer lacks fails here, before any work
-    _prepare_out_dir(out_dir)
+    prepare_out_dir(out_dir)
     vocab = max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     out = _Output(
         out_dir=out_dir,
         partial=out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}"),
-        old=_old_manifest(out_dir),
+        old=old_manifest(out_dir),
         dtype=np.dtype(np.uint16 if vocab <= 65535 else np.int32),
         tokenizer=tokenizer.fingerprint(),
         filters=(max_len, max_ratio),
@@ -309,9 +291,10 @@ def binarize(
     try:
         encoder = _Encoder(tokenizer, workers or usable_cores())
         stats: dict[str, SplitInfo] = {}
-        for name, (src, tgt) in splits.items():
-            stats[name] = _make_split(out, encoder, name, (src, tgt), lines[name],
-                                      tags.get(name), name in filter_splits)
+        for name, paths in inputs.items():
+            # each file read once here to fingerprint it
+            split = SplitInput.of(name, paths, tags.get(name))
+            stats[name] = _make_split(out, encoder, split, lines[name], name in filter_splits)
         manifest = Manifest(dtype=out.dtype.name, tokenizer=out.tokenizer, max_len=max_len,
                             max_ratio=max_ratio, splits=stats)
         manifest.write(out.partial)  # last, and it fsyncs `partial`: every entry is durable
@@ -335,91 +318,46 @@ class _Output:
     filters: tuple[int, float]  # (max_len, max_ratio) of the filtered splits
 
 
-def _make_split(out: _Output, encoder: _Encoder, name: str, paths: tuple[Path, Path],
-                lines: int, tag: str | None, filtered: bool) -> SplitInfo:
+def _make_split(out: _Output, encoder: _Encoder, split: SplitInput, lines: int,
+                filtered: bool) -> SplitInfo:
     """One split into out.partial: linked from the old directory when made the same way
     from the same files, else encoded. Fails when filtering left no pair."""
-    files = (_source(paths[0]), _source(paths[1]))  # each file read once to fingerprint it
-    same = _reusable(out.old, out.out_dir, out.dtype, out.tokenizer, out.filters, files, tag,
+    name = split.name
+    same = reusable_split(out.old, out.out_dir, out.dtype, out.tokenizer, out.filters, split,
                      filtered)
     if same is not None:
-        _link_split(out.out_dir, same[0], out.partial, name)
-        split = dataclasses.replace(same[1], src=files[0], tgt=files[1])
+        link_split(out.out_dir, same, out.partial, name)
+        info = dataclasses.replace(same[1], src=split.files[0], tgt=split.files[1],
+                                   links=split.files[2])
         reused = "unchanged, kept: "
     else:
-        split = _binarize_split(name, *paths, encoder, out.partial, out.dtype,
-                                out.filters if filtered else None, lines, tag, files)
+        info = _binarize_split(split, encoder, out.partial, out.dtype,
+                               out.filters if filtered else None, lines)
         reused = ""
-    summary = split.describe(*out.filters)
-    print(f"binarize {name} ({paths[0].name}): {reused}{summary}", file=sys.stderr)
-    if split.pairs == 0:
+    summary = info.describe(*out.filters)
+    print(f"binarize {name} ({split.paths[0].name}): {reused}{summary}", file=sys.stderr)
+    if info.pairs == 0:
         raise DataError(
             f"{name}: no sentence pair left after filtering ({summary}); "
             "check the data or raise data.max_len / data.max_ratio"
         )
-    return split
+    return info
 
 
-def _old_manifest(out_dir: Path) -> Manifest | None:
-    try:
-        return load_manifest(out_dir) if out_dir.is_dir() else None
-    except DataError:  # unreadable or of a newer mtkit: nothing to reuse, all is rebuilt
-        return None
-
-
-def _check_splits(splits: dict[str, tuple[Path, Path]]) -> dict[str, int]:
+def _check_splits(splits: dict[str, tuple[Path, Path, Path | None]]) -> dict[str, int]:
     """Fail before any work: missing files, empty files, line count mismatches. Returns
     the lines of each split."""
     if not splits:
         raise ConfigError("binarize needs at least one split")
     lines = {}
-    for name, (src, tgt) in splits.items():
+    for name, (src, tgt, links) in splits.items():
         if not _SPLIT_NAME.match(name):
             raise ConfigError(f"split name {name!r}: use letters, digits, '_' or '-'")
-        src_lines, tgt_lines = count_lines(src), count_lines(tgt)
-        if src_lines != tgt_lines:
-            raise _length_mismatch(name, src, tgt, src_lines, tgt_lines)
+        files = [src, tgt] + ([] if links is None else [links])
+        src_lines, *others = map(count_lines, files)
+        if any(count != src_lines for count in others):
+            raise _length_mismatch(name, files)
         if src_lines == 0:
             raise DataError(f"{name}: {src} and {tgt} are empty")
         lines[name] = src_lines
     return lines
-
-
-# --------------------------------------------------------------------------- the output directory
-#
-# OUT is swapped in by atomic.replace_dir; the new data is built in OUT.partial-PID, so
-# that concurrent runs and a dead run's leftovers are told apart by the PID.
-
-
-def _prepare_out_dir(out_dir: Path) -> None:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    recover_dir(out_dir)
-    if out_dir.exists() and not _is_ours(out_dir):
-        raise DataError(
-            f"{out_dir}: exists and does not hold binarised data; "
-            "choose another output directory or remove it"
-        )
-    old = old_dir(out_dir)
-    if old.exists():  # OUT is complete, so OUT.old is a leftover of an interrupted cleanup
-        shutil.rmtree(old)
-    for stale in out_dir.parent.glob(f"{glob.escape(out_dir.name)}.partial-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or not _pid_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-
-
-def _is_ours(path: Path) -> bool:
-    """Only an empty directory or one we wrote may be replaced (and its old copy deleted)."""
-    return path.is_dir() and ((path / MANIFEST_NAME).is_file() or not any(path.iterdir()))
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -74,7 +74,7 @@ class EpochData:
     widths: np.ndarray  # (m,) padded positions of each item
     sampled: list[int]  # pairs drawn from each corpus
     starts: np.ndarray  # (k+1,) first index of each corpus; the last is the set's size
-    sources: list[tuple[Reader, Reader]]  # per corpus: its src(j) and tgt(j)
+    sources: list[tuple[Reader, Reader, Reader]]  # per corpus: its src(j), tgt(j), links(j)
 
     def _find(self, i: int) -> tuple[int, int]:
         corpus = int(np.searchsorted(self.starts, i, side="right")) - 1
@@ -87,6 +87,11 @@ class EpochData:
     def tgt(self, i: int) -> np.ndarray:
         corpus, j = self._find(i)
         return self.sources[corpus][1](j)
+
+    def links(self, i: int) -> np.ndarray:
+        """(K, 2) piece links of the pair (dataset.ParallelData.links)."""
+        corpus, j = self._find(i)
+        return self.sources[corpus][2](j)
 
     def lengths(self, indices: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """The (src, tgt) token counts of the pairs at `indices`, each (len(indices),)."""
@@ -107,6 +112,7 @@ class TrainingSet:
         self.tokenizer = tokenizer
         self.announce = announce  # log each epoch's counts (rank 0 of a job)
         self.starts = np.concatenate([[0], np.cumsum([len(p) for p in self.parts])])
+        self.has_links = any(part.has_links for part in self.parts)
         self._epoch: tuple[int, EpochData] | None = None
         if self.sample_alpha:
             self._check_sources()
@@ -130,11 +136,11 @@ class TrainingSet:
         for k, part in enumerate(self.parts):
             if self.sample_alpha:
                 src, tgt = self._resegment(k, epoch)
-                sources.append((src.__getitem__, tgt.__getitem__))
+                sources.append((src.__getitem__, tgt.__getitem__, part.links))
                 src_lens.append(src.lens)
                 tgt_lens.append(tgt.lens)
             else:
-                sources.append((part.src, part.tgt))
+                sources.append((part.src, part.tgt, part.links))
                 src_lens.append(part.src_lens)
                 tgt_lens.append(part.tgt_lens)
         widths_all = pair_widths(np.concatenate(src_lens), np.concatenate(tgt_lens))  # (n,)

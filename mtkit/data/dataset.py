@@ -12,8 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from mtkit.data.links import SIDE as LINKS
 from mtkit.data.manifest import load_manifest
 from mtkit.errors import DataError
+
+NO_LINKS = np.empty((0, 2), dtype=np.int32)
 
 
 class ParallelData:
@@ -34,6 +37,14 @@ class ParallelData:
             raise DataError(f"{out_dir}: {split} src and tgt differ in length; binarise again")
         self.src_lens = np.diff(self._src_offsets)  # (n,) int64
         self.tgt_lens = np.diff(self._tgt_offsets)  # (n,) int64
+        # the piece links of each pair (links.py), for splits binarised with alignments
+        self.has_links = manifest.splits[split].links is not None
+        if self.has_links:
+            self._link_offsets, self._links = _open_side(out_dir, split, LINKS,
+                                                         np.dtype(np.int32))
+            if len(self._link_offsets) != len(self._src_offsets):
+                raise DataError(f"{out_dir}: {split} links and src differ in length; "
+                                "binarise again")
 
     def __len__(self) -> int:
         return len(self.src_lens)
@@ -43,6 +54,13 @@ class ParallelData:
 
     def tgt(self, i: int) -> np.ndarray:
         return self._tgt_tokens[self._tgt_offsets[i] : self._tgt_offsets[i + 1]]
+
+    def links(self, i: int) -> np.ndarray:
+        """(K, 2) int32 (source piece, target piece) links of pair i; none without links."""
+        if not self.has_links:
+            return NO_LINKS
+        flat = self._links[self._link_offsets[i] : self._link_offsets[i + 1]]
+        return flat.reshape(-1, 2)
 
 
 def _open_side(out_dir: Path, split: str, side: str, dtype: np.dtype) -> tuple[np.ndarray, Any]:

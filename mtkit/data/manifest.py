@@ -57,12 +57,15 @@ class SplitInfo:
     src: SourceFile
     tgt: SourceFile
     tag: str | None = None  # the tag before each source line; no key in the file if none
+    links: SourceFile | None = None  # the alignments file its piece links came from, if any
 
     def describe(self, max_len: int, max_ratio: float) -> str:
         """One line for the log: what was kept and, if filtered, what was dropped why."""
         text = f"{self.lines} lines, {self.pairs} pairs kept"
         if self.tag is not None:
             text += f", tagged <{self.tag}>"
+        if self.links is not None:
+            text += ", word links kept"
         if self.filtered:
             d = self.dropped
             text += (
@@ -82,6 +85,7 @@ class SplitInfo:
             "src": self.src.to_dict(),
             "tgt": self.tgt.to_dict(),
             **({} if self.tag is None else {"tag": self.tag}),
+            **({} if self.links is None else {"links": self.links.to_dict()}),
         }
 
     @classmethod
@@ -99,6 +103,7 @@ class SplitInfo:
             src=SourceFile._from_dict(raw, "src"),
             tgt=SourceFile._from_dict(raw, "tgt"),
             tag=_field(raw, "tag", str) if "tag" in raw else None,
+            links=SourceFile._from_dict(raw, "links") if "links" in raw else None,
         )
 
 
@@ -121,9 +126,9 @@ class Manifest:
         return names
 
     def training_fingerprints(self) -> dict[str, str]:
-        """What identifies the training data in checkpoints: tokenizer, train files and the
-        tags of tagged splits (an untagged split adds no key, so its runs' keys never
-        change and they resume)."""
+        """What identifies the training data in checkpoints: tokenizer, train files, the
+        tags of tagged splits and the alignments of aligned ones (a split without adds no
+        key, so its runs' keys never change and they resume)."""
         prints = {"tokenizer": self.tokenizer}
         for name in self.training_splits():
             split = self.splits[name]
@@ -131,6 +136,8 @@ class Manifest:
             prints[f"{name}.tgt"] = split.tgt.fingerprint
             if split.tag is not None:
                 prints[f"{name}.tag"] = split.tag
+            if split.links is not None:
+                prints[f"{name}.links"] = split.links.fingerprint
         return prints
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,19 +8,19 @@ which one they hold. `load_engine` picks one for the files `translate -m` is giv
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.data.tokenizer import Tokenizer
 from mtkit.decode import ct2
 from mtkit.decode.forced import forced_pass, pad_sources
+from mtkit.decode.int8 import quantize_int8
 from mtkit.decode.prefix import ForcedPrefix
 from mtkit.decode.sampling import Draw, sample_search
 from mtkit.decode.search import STOP_RULES, Hypothesis, beam_search, greedy_search
@@ -168,126 +168,6 @@ class InferenceModel:
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int,
                    beam: int) -> DecoderCache:
         return self.model.init_cache(memory, src_pad_mask, max_len, beam, self.weights)
-
-
-def quantize_int8(model: Transformer, fp32_work: int | None = None) -> Transformer:
-    """A copy of the model with every linear layer in int8 (`Int8Linear`), for CPU
-    inference; embeddings stay fp32 (the tied output projection gets its own int8 copy).
-    `fp32_work`: see `Int8Linear` (None: `FP32_WORK`)."""
-    if not torch.backends.mkldnn.is_available():
-        raise ConfigError("--quantize int8 needs a torch build with oneDNN (mkldnn)")
-    work = FP32_WORK if fp32_work is None else fp32_work
-    model = copy.deepcopy(model)
-    for parent in list(model.modules()):
-        for name, child in parent.named_children():
-            if type(child) is nn.Linear:
-                setattr(parent, name, Int8Linear(child, work))
-    return model
-
-
-X_LEVELS = 127  # x is quantised to 0..127, not 0..255: see Int8Linear
-
-# Multiply-adds per thread (rows x in x out / torch threads) up to which a call takes the
-# fp32 path of Int8Linear. A oneDNN int8 call costs a fixed amount before it multiplies
-# (most of it in torch's wrapper, not in oneDNN's kernel; more with 2 threads than with
-# 1), and its first call with a new row count (a sentence of a new length) several times
-# that. Measured on an AMX Xeon (/tmp scripts, not shipped) with the demo model's shapes,
-# this threshold from 0 to 1e12 (fp32 always) against the fp32 engine: one test sentence
-# at a time (beam 5 and greedy, 1 and 2 threads) int8 is level with fp32 from 10M up,
-# 1-3% slower at 4M (7% with the kernels held to AVX2, as on an AVX2-only CPU) and 20-30%
-# slower at 0; 300-400 sentences in 4096-token batches run 1.2-1.3x fp32's speed at every
-# threshold from 0 to 30M (1.05-1.09x with AVX2 kernels).
-FP32_WORK = 10_000_000
-
-
-class Int8Linear(nn.Module):
-    """x W^T + b with W in int8, one scale per output row, by one of two paths chosen per
-    call by its work: rows x in x out multiply-adds, against `fp32_work` per thread.
-
-    - more (a batch, the encoder of a batch): x quantised on the fly to 7-bit unsigned
-      (0..127) with one scale and zero point per call (dynamic quantisation), through
-      oneDNN's int8 matmul, which also applies the scales and the bias;
-    - up to `fp32_work` per thread (the decoder steps of one sentence): x times W
-      dequantised to fp32 (the int8 values times their scales, so both paths use the same
-      weights), held transposed as decode_step's fp32 linears hold theirs (model/step.py).
-      Where the threads of the moment it is made (`torch.get_num_threads()`) do not make
-      one row's work fit (a big vocabulary's output projection), there is no fp32 copy
-      and every call is int8.
-
-    Why 7 bits for x: on x86 CPUs without VNNI (AVX2 only) oneDNN multiplies u8 x s8 with
-    vpmaddubsw, which adds pairs of products into int16 and saturates: 255 * 127 * 2 does
-    not fit (tests/unit/test_int8.py's random inputs came out wrong on such a machine).
-    127 * 127 * 2 fits, on every CPU; fbgemm's `reduce_range` does the same, and the
-    translations lose nothing measurable.
-
-    Why this and not torch.ao's quantize_dynamic (deprecated, with quantized tensors) or
-    torchao's dynamic int8 config (its successor): torchao quantises activations in a chain
-    of small ops meant to be fused by torch.compile, and its weight-only kernel is slow
-    without AVX-512; the oneDNN ops here are the ones torch's own x86 int8 inference lowers
-    to, on plain int8/uint8 tensors, and were the fastest of the three on large batches
-    (docs/benchmarks.md). Nor torch's weight-only `_weight_int8pack_mm` for few rows: on
-    the CPU only its bf16 input is vectorised (AVX-512), and even that is slower than the
-    fp32 product of a few rows.
-    """
-
-    def __init__(self, linear: nn.Linear, fp32_work: int = 0) -> None:
-        super().__init__()
-        weight = linear.weight.detach().float()
-        scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127  # (out,)
-        quantized = torch.round(weight / scale[:, None]).to(torch.int8)  # (out, in)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.size = self.in_features * self.out_features  # multiply-adds per row
-        self.fp32_work = max(fp32_work, 0)
-        self.register_buffer("w_scale", scale)
-        self.register_buffer("w_zero", torch.zeros(self.out_features, dtype=torch.long))
-        self.bias = None if linear.bias is None else linear.bias.detach().float()
-        # oneDNN's own blocked layout, an opaque tensor: not a buffer (no state_dict, no .to)
-        self.packed = torch.ops.onednn.qlinear_prepack(quantized, None)
-        self.dequantized = None  # (in, out), contiguous
-        if self.size <= self.fp32_work * torch.get_num_threads():
-            self.dequantized = (quantized.float() * scale[:, None]).t().contiguous()
-
-    @property
-    def fp32_rows(self) -> int:
-        """Calls of up to this many rows take the fp32 path, at today's thread count."""
-        if self.dequantized is None:
-            return 0
-        return self.fp32_work * torch.get_num_threads() // self.size
-
-    def forward(self, x: Tensor) -> Tensor:  # (..., in) -> (..., out)
-        if x.dim() != 2:  # decode_step's (rows, in) needs no reshapes
-            lead = x.shape[:-1]
-            return self.forward(x.reshape(-1, self.in_features)).view(*lead, self.out_features)
-        if x.size(0) > self.fp32_rows:
-            return self.many_rows(x)
-        if self.dequantized is not None:
-            return self.few_rows(x)
-        return x.new_zeros(0, self.out_features)  # no rows: oneDNN refuses an empty x
-
-    # Called as forward itself, without nn.Module's call machinery (its hooks, which
-    # nothing sets on these): decode_step calls each linear once a step, where that
-    # machinery made a sentence measurably slower than fp32's plain StepLinear calls.
-    __call__ = forward
-
-    def few_rows(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
-        if self.bias is None:
-            return torch.mm(x, self.dequantized)
-        return torch.addmm(self.bias, x, self.dequantized)
-
-    def many_rows(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
-        # The range includes 0, so that zeros (padding, ReLU outputs) stay exact.
-        lo, hi = (float(v) for v in torch.aminmax(x))  # no wait on the CPU
-        lo, hi = min(lo, 0.0), max(hi, 0.0)
-        scale = max(hi - lo, 1e-8) / X_LEVELS
-        zero = round(-lo / scale)
-        qx = x.div(scale).round_().add_(zero).clamp_(0, X_LEVELS).to(torch.uint8)
-        return torch.ops.onednn.qlinear_pointwise(
-            qx, scale, zero, self.packed, self.w_scale, self.w_zero, self.bias,
-            1.0, 0, torch.float32, "none", [], "")  # output scale 1, zero 0: plain fp32
-
-    def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, int8, "
-                f"fp32 up to {self.fp32_rows} rows")
 
 
 def load_engine(paths: Sequence[Path], engine: str = "auto", quantize: str = "none",

@@ -21,8 +21,7 @@ import torch
 from torch import Tensor
 
 from mtkit.data.vocab import SpecialIds
-from mtkit.model.layers import keep_mask
-from mtkit.model.transformer import Transformer
+from mtkit.model.transformer import CrossAttentionProbe, Transformer
 
 
 @dataclass(frozen=True)
@@ -52,16 +51,6 @@ def _padded(rows: list[list[int]], pad: int) -> Tensor:
     return out
 
 
-def decoder_layer(model: Transformer, layer: int) -> int:
-    """A decoder layer index that may count from the end (-1: the last) as a plain index;
-    ValueError when the model has no such layer."""
-    count = len(model.decoder)
-    if not -count <= layer < count:
-        raise ValueError(f"decoder layer {layer}: the model has {count} (0..{count - 1}, "
-                         f"or -1..-{count} from the end)")
-    return layer % count
-
-
 @torch.inference_mode()
 def forced_pass(models: Sequence[Transformer], sources: Sequence[Sequence[int]],
                 targets: Sequence[Sequence[int]], specials: SpecialIds,
@@ -83,11 +72,11 @@ def forced_pass(models: Sequence[Transformer], sources: Sequence[Sequence[int]],
         real[row, : len(ids) + 1] = True
     logprobs, attention = [], []
     for model in models:
-        memory, src_pad_mask = model.encode(src)
-        chosen = [model.decoder[decoder_layer(model, i)].cross_attn for i in attention_layers]
-        logits, weights = _with_attention(model, chosen, tgt_in, memory, src_pad_mask, real)
-        if weights is not None:  # (layers, B, H, T, S)
-            attention.append(weights.float() if heads else weights.float().mean(dim=2))
+        with CrossAttentionProbe(model, attention_layers) as probe:
+            logits = model(src, tgt_in, positions=real)  # (N, V)
+        if attention_layers:
+            weights = probe.weights().float()  # (layers, B, H, T, S)
+            attention.append(weights if heads else weights.mean(dim=2))
         lprobs = logits.float().log_softmax(dim=-1)  # (N, V)
         logprobs.append(lprobs.gather(1, labels[real].unsqueeze(1)).squeeze(1))  # (N,)
     token_lps = logprobs[0] if len(logprobs) == 1 else torch.stack(logprobs).mean(dim=0)
@@ -102,28 +91,3 @@ def forced_pass(models: Sequence[Transformer], sources: Sequence[Sequence[int]],
                           None if pair_attn is None else pair_attn.cpu()))
         start += count
     return out
-
-
-def _with_attention(model: Transformer, layers: list[torch.nn.Module], tgt_in: Tensor,
-                    memory: Tensor, src_pad_mask: Tensor, real: Tensor
-                    ) -> tuple[Tensor, Tensor | None]:
-    """The logits at `real` (N, V) and the attention weights of the cross-attention
-    modules `layers`, (layers, B, H, T, S) or None for none, from the input each got in the
-    same pass (caught by hooks, so the decoder runs its usual code)."""
-    seen: dict[torch.nn.Module, Tensor] = {}
-
-    def keep_query_input(module: torch.nn.Module, args: tuple) -> None:
-        seen[module] = args[0]  # (B, T, D), normalised where the layers are pre-norm
-
-    handles = [layer.register_forward_pre_hook(keep_query_input) for layer in layers]
-    try:
-        logits = model.decode(tgt_in, memory, src_pad_mask, positions=real)
-    finally:
-        for handle in handles:
-            handle.remove()
-    if not layers:
-        return logits, None
-    keep = keep_mask(src_pad_mask)
-    weights = [layer.weights(seen[layer], layer.project_kv(memory)[0], keep)
-               for layer in layers]  # each (B, H, T, S)
-    return logits, torch.stack(weights)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from mtkit.decode.engine import load_engine
+from mtkit.decode.scoring import UNSCORED
 from mtkit.decode.translate import Translator, model_file
 from mtkit.errors import DataError
 from mtkit.files.atomic import atomic_write
@@ -39,6 +40,7 @@ class ScoreJob:
     quantize: str = "none"
     engine: str = "auto"
     quiet: bool = False  # no progress bar
+    skip_long: bool = False  # a pair over the model's length scores -inf, not an error
 
 
 @dataclass
@@ -46,11 +48,13 @@ class ScoreStats:
     pairs: int = 0
     tokens: int = 0  # target tokens scored, EOS included
     seconds: float = 0.0
+    skipped: int = 0  # pairs over the model's length, given -inf (--skip-long)
 
     def summary(self) -> str:
         rate = self.pairs / max(self.seconds, 1e-9)
+        skipped = f"; {self.skipped} over the model's length given -inf" if self.skipped else ""
         return (f"scored {self.pairs} pairs, {self.tokens} target tokens (EOS included) in "
-                f"{self.seconds:.1f}s ({rate:.1f} pairs/s)")
+                f"{self.seconds:.1f}s ({rate:.1f} pairs/s){skipped}")
 
 
 def score_job(job: ScoreJob) -> ScoreStats:
@@ -66,7 +70,7 @@ def score_job(job: ScoreJob) -> ScoreStats:
 
     def write(out: BinaryIO) -> ScoreStats:
         return score_stream(translator, job.src_file, job.tgt_file, out,
-                            total_lines=total, progress=not job.quiet)
+                            total_lines=total, progress=not job.quiet, skip_long=job.skip_long)
 
     if job.output_file is None:
         return write(sys.stdout.buffer)
@@ -86,7 +90,7 @@ def checked_line_count(src_file: Path, tgt_file: Path) -> int:
 
 def score_stream(translator: Translator, src_file: Path, tgt_file: Path, out: BinaryIO,
                  buffer_lines: int = 2000, total_lines: int | None = None,
-                 progress: bool = False) -> ScoreStats:
+                 progress: bool = False, skip_long: bool = False) -> ScoreStats:
     """Score the files' pairs to `out`, `total<TAB>per_token` a line, a buffer at a time."""
     start, stats = time.perf_counter(), ScoreStats()
     names = (f"--src {src_file}", f"--tgt {tgt_file}")
@@ -99,11 +103,13 @@ def score_stream(translator: Translator, src_file: Path, tgt_file: Path, out: Bi
             raise DataError(f"--src {src_file} and --tgt {tgt_file} changed while read")
         if not src:
             break
-        scores = translator.score(src, tgt, first_line=stats.pairs, names=names)
+        scores = translator.score(src, tgt, first_line=stats.pairs, names=names,
+                                  skip_long=skip_long)
         out.write("".join(score.line() + "\n" for score in scores).encode("utf-8"))
         out.flush()
         stats.pairs += len(scores)
-        stats.tokens += sum(score.tokens for score in scores)
+        stats.skipped += sum(score is UNSCORED for score in scores)
+        stats.tokens += sum(score.tokens for score in scores if score is not UNSCORED)
         if bar is not None:
             bar.update(len(scores))
     if bar is not None:

@@ -52,19 +52,26 @@ class TooLong(ValueError):
         self.index, self.side, self.length, self.limit = index, side, length, limit
 
 
+# The score of a pair the model cannot read whole (score-pairs --skip-long): the worst
+# there is, so that a filter ranking pairs by score drops it first.
+UNSCORED = PairScore((float("-inf"),))
+
+
 def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str],
-                 limit: int) -> tuple[list[list[int]], list[list[int]]]:
-    """(source ids, target ids) of each pair, without EOS; TooLong for the first pair
+                 limit: int) -> tuple[list[list[int]], list[list[int]], list[TooLong]]:
+    """(source ids, target ids) of each pair, without EOS, and a TooLong for each pair
     with a side over `limit` tokens (the engine's `max_source`: the model's positions
-    less the one EOS or the start token takes)."""
+    less the one EOS or the start token takes), in order."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources and {len(targets)} targets")
     src, tgt = tokenizer.encode_src(list(sources)), tokenizer.encode_tgt(list(targets))
+    long = []
     for index, pair in enumerate(zip(src, tgt)):
         for side, ids in zip(("source", "target"), pair):
             if len(ids) > limit:
-                raise TooLong(index, side, len(ids), limit)
-    return src, tgt
+                long.append(TooLong(index, side, len(ids), limit))
+                break
+    return src, tgt, long
 
 
 def pair_lengths(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]

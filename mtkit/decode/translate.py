@@ -22,7 +22,7 @@ from mtkit.data.tokenizer import Tokenizer
 from mtkit.decode.align import UNITS, Aligned, Links, align, pharaoh
 from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
-from mtkit.decode.scoring import PairScore, TooLong, encode_pairs, score_encoded
+from mtkit.decode.scoring import UNSCORED, PairScore, encode_pairs, score_encoded
 from mtkit.decode.search import Hypothesis
 from mtkit.document.pipeline import DocumentOptions, Translated, finish, prepare
 from mtkit.document.placeholders import protection
@@ -179,23 +179,28 @@ class Translator:
         return self.texts([h[0] for h in hyps])
 
     @overload
-    def translate_aligned(self, lines: str, unit: str = "word",
-                          prefixes: str | None = None) -> Aligned: ...
+    def translate_aligned(self, lines: str, unit: str = "word", prefixes: str | None = None,
+                          src_lang: str | None = None, tgt_lang: str | None = None
+                          ) -> Aligned: ...
     @overload
     def translate_aligned(self, lines: Sequence[str], unit: str = "word",
-                          prefixes: Sequence[str] | None = None) -> list[Aligned]: ...
+                          prefixes: Sequence[str] | None = None, src_lang: str | None = None,
+                          tgt_lang: str | None = None) -> list[Aligned]: ...
 
     def translate_aligned(self, lines: str | Sequence[str], unit: str = "word",
-                          prefixes: str | Sequence[str] | None = None
+                          prefixes: str | Sequence[str] | None = None,
+                          src_lang: str | None = None, tgt_lang: str | None = None
                           ) -> Aligned | list[Aligned]:
         """As `translate`, each translation with its links to the source (`align`)."""
         if isinstance(lines, str):
             return self.translate_aligned([lines], unit,
-                                          None if prefixes is None else [prefixes])[0]
+                                          None if prefixes is None else [prefixes],
+                                          src_lang, tgt_lang)[0]
         if unit == "word" and self.documents_apply(prefixes):
-            return [Aligned(r.text, r.links) for r in self.translate_documents(lines, True)]
-        found = self.search(lines, prefixes=prefixes)
-        links = self.align(lines, found, unit)
+            return [Aligned(r.text, r.links) for r in
+                    self.translate_documents(lines, True, src_lang=src_lang, tgt_lang=tgt_lang)]
+        found = self.search(lines, prefixes=prefixes, src_lang=src_lang, tgt_lang=tgt_lang)
+        links = self.align(lines, found, unit, src_lang, tgt_lang)
         return [Aligned(text, line_links[0]) for text, line_links in
                 zip(self.texts([hyps[0] for hyps in found]), links, strict=True)]
 
@@ -223,30 +228,32 @@ class Translator:
         sentences = list(prepared.sentences)
         found = self.search(sentences, numbers=numbers, src_lang=src_lang, tgt_lang=tgt_lang)
         wanted = [k for k, want in enumerate(prepared.want_links) if want]
-        found_links = self.align([sentences[k] for k in wanted],
-                                 [found[k][:1] for k in wanted]) if wanted else []
+        found_links = self.align([sentences[k] for k in wanted], [found[k][:1] for k in wanted],
+                                 "word", src_lang, tgt_lang) if wanted else []
         links_of = {k: each[0] for k, each in zip(wanted, found_links, strict=True)}
         texts = self.texts([hyps[0] for hyps in found])
         return finish(prepared, [Translated(text, links_of.get(k, ()), hyps[0].score)
                                  for k, (text, hyps) in enumerate(zip(texts, found))], options)
 
-    def align(self, lines: Sequence[str], found: list[list[Hypothesis]], unit: str = "word"
-              ) -> list[list[Links]]:
-        """The links of every hypothesis `search` found for `lines`, from one teacher-forced
-        pass over each (align.py): (i, j) pairs, i counting the source line's whitespace
-        words (unit "word") or its pieces ("subword"; a tag excluded), j the hypothesis's;
-        every output word gets at least one. An empty line or hypothesis has none."""
+    def align(self, lines: Sequence[str], found: list[list[Hypothesis]], unit: str = "word",
+              src_lang: str | None = None, tgt_lang: str | None = None) -> list[list[Links]]:
+        """The links of every hypothesis `search` found for `lines` (with the same
+        `src_lang`, `tgt_lang`), from one teacher-forced pass over each (align.py): (i, j)
+        pairs, i counting the source line's whitespace words (unit "word") or its pieces
+        ("subword"; a tag or language token excluded), j the hypothesis's; every output word
+        gets at least one. An empty line or hypothesis has none."""
         if unit not in UNITS:
             raise ConfigError(f"alignment unit {unit}: expected {' or '.join(UNITS)}")
         depth = self.engine.recipe.model.dec_layers
         layer = self.settings.alignment_index(depth)
         if layer is None:
             raise ConfigError(self.settings.alignment_layer_error(depth))
+        tokenizer = self._pair_tokenizer(src_lang, tgt_lang)
         todo = [i for i, line in enumerate(lines) if line.strip()]
-        encoded = self.tokenizer.encode_src([lines[i] for i in todo]) if todo else []
+        encoded = tokenizer.encode_src([lines[i] for i in todo]) if todo else []
         pairs = [(i, k) for i in todo for k in range(len(found[i]))]
         sources = dict(zip(todo, (ids[: self.max_source] for ids in encoded)))
-        links = align(self.engine.cross_attention, self.tokenizer, [sources[i] for i, _ in pairs],
+        links = align(self.engine.cross_attention, tokenizer, [sources[i] for i, _ in pairs],
                       [found[i][k].tokens for i, k in pairs], layer, unit, self.max_tokens)
         out: list[list[Links]] = [[() for _ in hyps] for hyps in found]
         for (i, k), pair_links in zip(pairs, links, strict=True):
@@ -266,9 +273,7 @@ class Translator:
         which keys its samples' random streams and names it in warnings; default: from
         `first_line` on (default: the lines translated so far). A multilingual model's
         target language token leads each hypothesis (forced, before the prefix)."""
-        tokenizer = self.tokenizer  # another pair: with_langs (an unknown code: DataError)
-        if src_lang is not None or tgt_lang is not None:
-            tokenizer = tokenizer.with_langs(src_lang, tgt_lang)
+        tokenizer = self._pair_tokenizer(src_lang, tgt_lang)
         first_line = self.stats.sentences if first_line is None else first_line
         numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
         for given, what in ((prefixes, "prefixes"), (numbers, "line numbers")):
@@ -294,33 +299,46 @@ class Translator:
         self.stats.tokens += sum(len(r[0].tokens) for r in results)
         return results
 
+    def _pair_tokenizer(self, src_lang: str | None, tgt_lang: str | None) -> Tokenizer:
+        """The tokenizer for a multilingual model's pair of one call (None: the
+        translator's); an unknown code: DataError."""
+        if src_lang is None and tgt_lang is None:
+            return self.tokenizer
+        return self.tokenizer.with_langs(src_lang, tgt_lang)
+
     @overload
     def score(self, sources: str, targets: str) -> PairScore: ...
     @overload
     def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[PairScore]: ...
 
     def score(self, sources: str | Sequence[str], targets: str | Sequence[str],
-              first_line: int = 0, names: tuple[str, str] = ("source", "target")
-              ) -> PairScore | list[PairScore]:
+              first_line: int = 0, names: tuple[str, str] = ("source", "target"),
+              skip_long: bool = False) -> PairScore | list[PairScore]:
         """The model's log-probability of each given target after its source (one pair:
         one score), EOS included: `PairScore.total`, `.per_token`, `.token_logprobs`.
 
         Empty lines are pairs like any other. A source or target over the model's
         `max_source` tokens is a DataError naming `names[side]` and the line (counted
-        from `first_line`, 0-based), not a truncated score."""
+        from `first_line`, 0-based), not a truncated score; with `skip_long`, its pair
+        scores `scoring.UNSCORED` (-inf) instead."""
         if isinstance(sources, str) and isinstance(targets, str):
-            return self.score([sources], [targets], first_line, names)[0]
+            return self.score([sources], [targets], first_line, names, skip_long)[0]
         if isinstance(sources, str) or isinstance(targets, str) or len(sources) != len(targets):
             raise ConfigError("Translator.score: give as many targets as sources (two "
                               "strings, or two lists of one length)")
-        try:
-            src, tgt = encode_pairs(self.tokenizer, sources, targets, self.max_source)
-        except TooLong as exc:
-            name = names[exc.side == "target"]
-            raise DataError(f"{name} line {first_line + exc.index + 1}: {exc.length} tokens, "
-                            f"the model takes at most {exc.limit}; shorten or split the "
-                            "pair (a truncated pair would get another pair's score)") from None
-        return score_encoded(self.engine, src, tgt, self.max_tokens)
+        src, tgt, long = encode_pairs(self.tokenizer, sources, targets, self.max_source)
+        if long and not skip_long:
+            first = long[0]
+            name = names[first.side == "target"]
+            raise DataError(f"{name} line {first_line + first.index + 1}: {first.length} "
+                            f"tokens, the model takes at most {first.limit}; shorten or split "
+                            "the pair, or skip such pairs (score-pairs --skip-long): a truncated "
+                            "pair would get another pair's score")
+        skipped = {pair.index for pair in long}
+        kept = [i for i in range(len(src)) if i not in skipped]
+        scored = iter(score_encoded(self.engine, [src[i] for i in kept], [tgt[i] for i in kept],
+                                    self.max_tokens))
+        return [UNSCORED if i in skipped else next(scored) for i in range(len(src))]
 
     def _encode_prefixes(self, tokenizer: Tokenizer, prefixes: Sequence[str] | None,
                          todo: list[int], numbers: Sequence[int]) -> list[list[int]] | None:

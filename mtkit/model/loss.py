@@ -84,3 +84,21 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
             if not in_place:
                 grad[part] = g
         return grad, None, None, None
+
+
+def guided_alignment_loss(attention: Tensor, links: Tensor) -> Tensor:
+    """Summed cross-entropy between given links and one layer's cross-attention, heads
+    averaged (guided alignment, Garg et al. 2019): each target position with links spreads
+    probability 1 evenly over its linked source positions, and pays -share x log(attention)
+    for each. Positions without links cost nothing.
+
+    attention: (B, H, T, S) weights, rows summing to 1; links: (K, 3) long (row, target
+    position, source position), as batching.Batch.links. The maths is fp32."""
+    batch, _, length, _ = attention.shape
+    if links.numel() == 0:
+        return attention.new_zeros((), dtype=torch.float32)
+    rows, targets, sources = links.unbind(1)  # each (K,)
+    picked = attention.float().mean(dim=1)[rows, targets, sources]  # (K,)
+    position = rows * length + targets  # (K,) which target position each link is of
+    shares = torch.bincount(position, minlength=batch * length)[position]  # (K,)
+    return -(picked.clamp_min(1e-9).log() / shares).sum()

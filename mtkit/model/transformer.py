@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -234,6 +235,52 @@ class Transformer(nn.Module):
         if weights.final_norm is not None:
             x = weights.final_norm(x)
         return weights.out_proj(x).float()  # (B, V)
+
+
+def decoder_layer(model: Transformer, layer: int) -> int:
+    """A decoder layer index that may count from the end (-1: the last) as a plain index;
+    ValueError when the model has no such layer."""
+    count = len(model.decoder)
+    if not -count <= layer < count:
+        raise ValueError(f"decoder layer {layer}: the model has {count} (0..{count - 1}, "
+                         f"or -1..-{count} from the end)")
+    return layer % count
+
+
+class CrossAttentionProbe:
+    """The cross-attention weights of chosen decoder layers in the passes made while it is
+    active (`with probe:`), computed on request from the inputs each layer got: hooks catch
+    them, so the decoder runs its usual code and kernels, and the weights carry gradients
+    where the pass does (guided-alignment training) and none under inference_mode."""
+
+    def __init__(self, model: Transformer, layers: Sequence[int]):
+        self.modules = [model.decoder[decoder_layer(model, layer)].cross_attn
+                        for layer in layers]
+        self.inputs: dict[nn.Module, tuple[Tensor, Tensor, Tensor | None]] = {}
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def __enter__(self) -> CrossAttentionProbe:
+        def catch(module: nn.Module, args: tuple) -> None:
+            x, k, _, keep = args  # CrossAttention.forward's (x, k, v, keep)
+            self.inputs[module] = (x, k, keep)
+
+        self._handles = [module.register_forward_pre_hook(catch) for module in self.modules]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def weights(self) -> Tensor:
+        """(layers, B, H, T, S) the last pass's attention weights of each layer, from the
+        queries of its T target positions over the S source positions; rows sum to 1."""
+        if not self.modules:
+            raise ValueError("the probe watches no layer")
+        caught = [self.inputs[module] for module in self.modules]
+        self.inputs = {}
+        return torch.stack([module.weights(*inputs)
+                            for module, inputs in zip(self.modules, caught, strict=True)])
 
 
 def _without_row(grad: Tensor, row: int) -> Tensor:

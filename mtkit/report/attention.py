@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from mtkit.decode.engine import TorchEngine
-from mtkit.decode.forced import decoder_layer, forced_pass
+from mtkit.decode.forced import forced_pass
 from mtkit.decode.stream import decode_lines
 from mtkit.decode.translate import Stats, Translator
 from mtkit.errors import ConfigError, DataError
 from mtkit.files.atomic import atomic_write
+from mtkit.model.transformer import decoder_layer
 from mtkit.report.plot import figure_classes
 
 if TYPE_CHECKING:

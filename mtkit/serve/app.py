@@ -31,7 +31,7 @@ from torch import Tensor
 
 from mtkit.config import DecodeConfig
 from mtkit.decode.engine import Engine
-from mtkit.decode.scoring import TooLong, encode_pairs, pair_lengths, score_encoded
+from mtkit.decode.scoring import encode_pairs, pair_lengths, score_encoded
 from mtkit.decode.search import Hypothesis
 from mtkit.decode.translate import Translator
 from mtkit.document.pipeline import DocumentOptions
@@ -172,13 +172,14 @@ class Service:
         tag = request.tag if request.tag is not None else self.translator.tag
         try:
             tokenizer = self.translator.engine.tokenizer.tagged(tag)
-            src, tgt = encode_pairs(tokenizer, request.sources, request.targets,
-                                    self.translator.max_source)
+            src, tgt, long = encode_pairs(tokenizer, request.sources, request.targets,
+                                          self.translator.max_source)
         except DataError as exc:
             raise RequestError(422, str(exc)) from None
-        except TooLong as exc:
-            raise RequestError(422, f"pair {exc.index}: the {exc.side} has {exc.length} "
-                                    f"tokens, the model takes at most {exc.limit}") from None
+        if long:
+            first = long[0]
+            raise RequestError(422, f"pair {first.index}: the {first.side} has {first.length} "
+                                    f"tokens, the model takes at most {first.limit}")
         return list(zip(src, tgt)), tag
 
 

@@ -88,10 +88,12 @@ def line_links(translator: Translator, lines: list[SourceLine],
     """The links of each line's hypotheses, for the lines that asked (None for the rest):
     lines that did not ask, in the same batch, cost no pass."""
     out: list[tuple[Links, ...] | None] = [None] * len(lines)
-    for unit in sorted({line.alignments for line in lines} - {None}):  # type: ignore[type-var]
-        chosen = [k for k, line in enumerate(lines) if line.alignments == unit]
+    groups = {(line.alignments, line.pair) for line in lines if line.alignments is not None}
+    for unit, pair in groups:  # each unit and language pair in one pass
+        chosen = [k for k, line in enumerate(lines)
+                  if (line.alignments, line.pair) == (unit, pair)]
         links = translator.align([lines[k].text for k in chosen], [found[k] for k in chosen],
-                                 unit)
+                                 unit, *pair)
         for k, each in zip(chosen, links, strict=True):
             out[k] = tuple(each)
     return out

@@ -17,7 +17,9 @@ def show_train(record: dict[str, Any], bar: tqdm | None) -> None:
     """A train record as the progress bar's postfix, or as a log line without a bar."""
     text = (
         f"step {record['step']} | epoch {record['epoch']} | loss {record['loss']:.3f} | "
-        f"nll {record['nll']:.3f} | lr {record['lr']:.2e} | gnorm {record['grad_norm']:.2f} | "
+        f"nll {record['nll']:.3f} | "
+        + (f"align {record['align_loss']:.3f} | " if "align_loss" in record else "")
+        + f"lr {record['lr']:.2e} | gnorm {record['grad_norm']:.2f} | "
         f"{record['tgt_tokens_per_s']:.0f} tgt tok/s"
     )
     if bar is not None:

@@ -323,8 +323,12 @@ class TrainMeter:
         self.loss = self.nll = 0.0
         self.ntokens = self.updates = 0
         self.grad_norm = self.lr = 0.0
+        self.align: float | None = None  # the guided-alignment loss, when training with one
 
-    def add(self, loss: float, nll: float, ntokens: int, grad_norm: float, lr: float) -> None:
+    def add(self, loss: float, nll: float, ntokens: int, grad_norm: float, lr: float,
+            align: float | None = None) -> None:
+        if align is not None:
+            self.align = (self.align or 0.0) + align
         self.loss += loss
         self.nll += nll
         self.ntokens += ntokens
@@ -342,6 +346,7 @@ class TrainMeter:
             "lr": self.lr,
             "grad_norm": self.grad_norm / updates,
             "tgt_tokens_per_s": self.ntokens / seconds,
+            **({} if self.align is None else {"align_loss": self.align / n}),
         }
         self.__init__()
         return record

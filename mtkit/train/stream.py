@@ -44,6 +44,8 @@ class BatchStream:
         self.per_update = update_freq * ranks.world_size
         self.max_len = max_len  # tokens per side before EOS/BOS
         self.specials = specials
+        # guided alignment: the batches bring their pairs' piece links
+        self.links = training.has_links and cfg.alignment_weight > 0
         self.sampler = BatchSampler(training.epoch_items, cfg.max_tokens, seed=cfg.seed,
                                     shuffle=True)
         self.sampler.set_epoch(1)  # epochs count from 1, as users read them
@@ -68,7 +70,7 @@ class BatchStream:
         """This rank's batches of the job's `group`, padded into tensors."""
         mine = self.ranks.share(group)
         data = self.training.epoch(self.sampler.epoch)
-        batches = [(position, make_batch(data, indices, self.specials, self.max_len))
+        batches = [(position, make_batch(data, indices, self.specials, self.max_len, self.links))
                    for position, indices in mine or group[:1]]
         ntokens = sum(batch.ntokens for _, batch in batches) if mine else 0
         return RankShare(batches, 1.0 if mine else 0.0, ntokens)

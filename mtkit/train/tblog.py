@@ -14,7 +14,7 @@ from typing import Any
 
 # metrics.jsonl event -> the fields shown, as "event/field" (e.g. train/loss, valid/bleu)
 SCALARS = {
-    "train": ("loss", "nll", "ppl", "lr", "grad_norm", "tgt_tokens_per_s"),
+    "train": ("loss", "nll", "ppl", "lr", "grad_norm", "tgt_tokens_per_s", "align_loss"),
     "valid": ("loss", "nll", "ppl", "bleu"),
 }
 

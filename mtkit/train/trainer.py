@@ -35,8 +35,8 @@ from mtkit.model.checkpoint import (
     TrainState,
     load_checkpoint,
 )
-from mtkit.model.loss import label_smoothed_nll
-from mtkit.model.transformer import Transformer
+from mtkit.model.loss import guided_alignment_loss, label_smoothed_nll
+from mtkit.model.transformer import CrossAttentionProbe, Transformer
 from mtkit.progress import progress_bar
 from mtkit.runtime.devices import bound_kernel_caches, resolve_device, resolve_precision
 from mtkit.train.ema import WeightEMA
@@ -114,6 +114,9 @@ class Trainer:
         self.bad_updates = BadUpdates(cfg, self.metrics)
         self.parent: Parent | None = None  # the model train.init_from started the run from
         self.ema = WeightEMA(self.model, cfg.ema) if cfg.ema else None
+        # guided alignment: the cross-attention that alignments read, caught each pass
+        self.probe = None if not self.batches.links else CrossAttentionProbe(
+            self.model, [recipe.decode.alignment_layer])
 
     # ------------------------------------------------------------------ state
 
@@ -250,10 +253,10 @@ class Trainer:
         """One update on the job's `group` of batches, the same whatever the ranks."""
         share = self.batches.share(group)
         (job_tokens,) = self.ranks.total(share.ntokens)
-        loss, nll = self.ranks.total(*self._forward_backward(share, job_tokens))
+        loss, nll, align = self.ranks.total(*self._forward_backward(share, job_tokens))
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm).item()
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        if not (math.isfinite(loss + align) and math.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
             self.bad_updates.skipped(self.progress.step, loss, grad_norm)
             return
@@ -261,15 +264,16 @@ class Trainer:
         lr = self._optimiser_step()
         self.progress.step += 1
         self.progress.tgt_tokens += job_tokens
-        meter.add(loss, nll, job_tokens, grad_norm, lr)
+        meter.add(loss, nll, job_tokens, grad_norm, lr, align if self.probe else None)
 
-    def _forward_backward(self, share: RankShare, job_tokens: int) -> tuple[float, float]:
+    def _forward_backward(self, share: RankShare, job_tokens: int
+                          ) -> tuple[float, float, float]:
         """Gradients of this rank's batches, scaled to the job's mean loss per token;
-        returns this rank's summed loss and nll."""
+        returns this rank's summed loss, nll and guided-alignment loss (0 without)."""
         self.train_model.train()
         self.optimizer.zero_grad(set_to_none=True)
         scale = share.weight * self.ranks.world_size / job_tokens  # DDP averages the ranks
-        loss_sum = nll_sum = 0.0
+        loss_sum = nll_sum = align_sum = 0.0
         for i, (position, batch) in enumerate(share.batches):
             last = i == len(share.batches) - 1 or not self.ranks.several
             no_sync = nullcontext() if last else self.train_model.no_sync()
@@ -277,17 +281,22 @@ class Trainer:
             tgt_out = batch.tgt_out.to(self.device)
             real = tgt_out.ne(self.pad)  # (B, T): the loss reads only these positions
             with no_sync, self._autocast():
-                logits = self.train_model(
-                    batch.src.to(self.device), batch.tgt_in.to(self.device), real
-                )  # (N, V)
+                with self.probe or nullcontext():
+                    logits = self.train_model(
+                        batch.src.to(self.device), batch.tgt_in.to(self.device), real
+                    )  # (N, V)
+                align = None if self.probe is None else guided_alignment_loss(
+                    self.probe.weights()[0], batch.links.to(self.device))
             loss, nll, _ = label_smoothed_nll(
                 logits, tgt_out[real], self.cfg.label_smoothing, self.pad
             )
+            total = loss if align is None else loss + self.cfg.alignment_weight * align
             with no_sync:
-                (loss * scale).backward()
+                (total * scale).backward()
             loss_sum += share.weight * loss.item()
             nll_sum += share.weight * nll.item()
-        return loss_sum, nll_sum
+            align_sum += 0.0 if align is None else share.weight * align.item()
+        return loss_sum, nll_sum, align_sum
 
     def _autocast(self) -> AbstractContextManager:
         if self.precision == "bf16":

@@ -138,7 +138,7 @@ def test_workers_do_not_read_ahead(tokenizer: Tokenizer) -> None:
         nonlocal pulled
         for _ in range(100):
             pulled += 1
-            yield ["y fue la luz"], ["and there was light"]
+            yield ["y fue la luz"], ["and there was light"], None, pulled
 
     encoder = _Encoder(tokenizer, workers=2)
     try:

@@ -124,6 +124,28 @@ def test_translator_chooses_the_pair_per_call(m2m):
         translator.translate(LINES[:1], tgt_lang=tgt[:-1])
 
 
+def test_alignments_count_words_not_language_tokens(m2m):
+    """Word links of a multilingual model: in range of the line's and the output's words
+    (neither side's language token counted), every output word linked, and a pair chosen
+    per call aligns as a translator made for that pair."""
+    from mtkit.decode.translate import Translator
+
+    _, _, bundle = m2m
+    tok = bundle.tokenizer()
+    engine = TorchEngine([bundle.model(tok)], tok, bundle.recipe)
+    settings = DecodeConfig(beam=2, max_len_a=0.0, max_len_b=CAP)
+    src, tgt = tok.langs
+    other = tok.languages[0] if tok.languages[0] != tgt else tok.languages[1]
+    per_call = Translator(engine, settings).translate_aligned(LINES[:4], tgt_lang=other)
+    made = Translator(engine, settings, src_lang=src, tgt_lang=other).translate_aligned(
+        LINES[:4])
+    assert per_call == made
+    for line, aligned in zip(LINES, made):
+        words = len(aligned.text.split())
+        assert all(i < len(line.split()) and j < words for i, j in aligned.links)
+        assert {j for _, j in aligned.links} == set(range(words))
+
+
 def test_training_loss_equals_the_references(m2m):
     """Labels `[tgt] y </s>`, decoder inputs `</s> [tgt] y`, the loss ignoring only pad."""
     _, reference, bundle = m2m

@@ -117,5 +117,12 @@ def test_empty_lines_are_pairs_and_too_long_ones_are_refused(reverse_model):
         translator.score(["a", "b", "c"], ["a", "b", "a b c " * longest], names=("s", "tgt.txt"))
     with pytest.raises(DataError, match=r"source line 12:"):
         translator.score(["a b c " * longest], ["a"], first_line=11)
+    # skipped: the long pair scores -inf, the others as they score alone
+    skipped = translator.score(["a b c", "a b c " * longest, "a b", ""],
+                               ["c b a", "a", "", "a b c " * longest], skip_long=True)
+    assert skipped[1].total == skipped[3].total == float("-inf")
+    assert [skipped[0].total, skipped[2].total] == pytest.approx(
+        [one.total, empty_target.total], abs=1e-5)
+    assert skipped[1].line() == "-inf\t-inf"
     with pytest.raises(ConfigError, match="as many targets as sources"):
         translator.score(["a", "b"], ["a"])

@@ -49,3 +49,25 @@ def test_bad_alignment_options_are_one_line_errors(reverse_model, tmp_path, mtki
                  "--alignment-unit: give --alignments too")
     expect_error(mtkit_inprocess([*base, "--alignments", "--alignment-unit", "x"], tmp_path),
                  "--alignment-unit x: expected word or subword")
+
+
+def test_a_bad_alignments_file_stops_training_in_one_line(tmp_path, mtkit_inprocess,
+                                                          expect_error):
+    """Guided alignment's links file, checked as `mtkit train` binarises: the file and
+    line of a bad link; a recipe pairing links with subword sampling."""
+    import yaml
+    from builders import bible_recipe
+
+    recipe = bible_recipe(tmp_path)
+    raw = yaml.safe_load(recipe.read_text())
+    lines = len(open(raw["data"]["train"]["src"], encoding="utf-8").read().splitlines())
+    links = tmp_path / "train.links"
+    links.write_text("0-0\n" * 5 + "0-0 0-x\n" + "0-0\n" * (lines - 6))
+    raw["data"]["train"]["alignments"] = str(links)
+    recipe.write_text(yaml.safe_dump(raw))
+    expect_error(mtkit_inprocess(["train", recipe, "--until", "binarize"], tmp_path),
+                 "train.links:6: '0-x' is not a link")
+    raw["tokenizer"].update({"model_type": "unigram", "sample_alpha": 0.1})
+    recipe.write_text(yaml.safe_dump(raw))
+    expect_error(mtkit_inprocess(["train", recipe, "--until", "binarize"], tmp_path),
+                 "word links fix one segmentation")

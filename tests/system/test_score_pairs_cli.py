@@ -86,7 +86,13 @@ def test_a_pair_too_long_for_the_model_is_an_error_naming_its_line(tiny_run, mtk
     tgt.write_text(f"Hello.\n{LONG}\n", encoding="utf-8")
     found = mtkit_inprocess(["score-pairs", "-m", tiny_run.model, "--src", src, "--tgt", tgt],
                             tmp_path)
-    expect_error(found, f"--tgt {tgt} line 2:", "the model takes at most")
+    expect_error(found, f"--tgt {tgt} line 2:", "the model takes at most", "--skip-long")
+    found = mtkit_inprocess(["score-pairs", "-m", tiny_run.model, "--src", src, "--tgt", tgt,
+                             "--skip-long"], tmp_path)
+    assert found.returncode == 0, found.stderr
+    first, second = found.stdout.splitlines()
+    assert second == "-inf\t-inf" and float(first.split("\t")[0]) < 0
+    assert "1 over the model's length given -inf" in found.stderr
 
 
 @pytest.fixture(scope="module")

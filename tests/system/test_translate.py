@@ -22,7 +22,8 @@ import pytest
 import torch
 from builders import DATA, weights
 
-from mtkit.decode.engine import TorchEngine, quantize_int8
+from mtkit.decode.engine import TorchEngine
+from mtkit.decode.int8 import quantize_int8
 from mtkit.decode.translate import Translator
 from mtkit.model.checkpoint import average_checkpoints
 from mtkit.train.run import RunPaths

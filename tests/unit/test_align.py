@@ -12,14 +12,8 @@ from builders import raw_recipe
 
 from mtkit.config import DecodeConfig, ModelConfig, recipe_from_dict
 from mtkit.data.tokenizer import Tokenizer, train_sentencepiece
-from mtkit.decode.align import (
-    Aligned,
-    best_links,
-    output_units,
-    pharaoh,
-    piece_words,
-    source_units,
-)
+from mtkit.data.words import output_units, piece_words, source_units
+from mtkit.decode.align import Aligned, best_links, pharaoh
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.translate import Translator
 from mtkit.errors import ConfigError

@@ -39,6 +39,9 @@ def test_the_score_wants_both_directions_likely_and_agreeing():
     scores = dual_filter.dual_scores(forward, backward)
     assert scores == pytest.approx([1.0, 2.0, 3.5 + 2.25, 0.1])
     assert dual_filter.select(scores, keep=0.5) == [0, 3]  # the best two, in corpus order
+    # a pair one model could not read (score-pairs --skip-long) ranks last
+    unread = dual_filter.dual_scores(forward + ["-inf\t-inf"], backward + ["-1\t-0.1"])
+    assert unread[-1] == float("inf") and dual_filter.select(unread, keep=0.8) == [0, 1, 2, 3]
 
 
 def test_select_writes_the_kept_pairs_and_reports_the_noise(tmp_path, capsys):

@@ -8,9 +8,9 @@ import torch
 from builders import SPECIALS
 
 from mtkit.config import ModelConfig
-from mtkit.decode.forced import decoder_layer, forced_pass
+from mtkit.decode.forced import forced_pass
 from mtkit.decode.search import beam_search, greedy_search
-from mtkit.model.transformer import Transformer
+from mtkit.model.transformer import Transformer, decoder_layer
 
 VOCAB = 29
 TINY = ModelConfig(enc_layers=2, dec_layers=3, d_model=16, heads=2, ffn_dim=32,

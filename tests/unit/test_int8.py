@@ -1,7 +1,8 @@
-"""int8 inference (`--quantize int8`): the int8 linear against fp32 on both of its paths
-(fp32 with the dequantised weights for few rows, oneDNN's int8 matmul for many), which
-path a call takes, and quantised models: cached decoding equals the full decode, and a
-Translator gives one sentence alone what it gives it in a batch."""
+"""int8 inference (`--quantize int8`): the int8 linear against fp32 on each of its kernels
+(for few rows fbgemm's dynamic int8 linear, or fp32 with the dequantised weights; oneDNN's
+int8 matmul for many), which path a call takes, and quantised models: cached decoding
+equals the full decode, and a Translator gives one sentence alone what it gives it in a
+batch."""
 
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ import torch
 from builders import SPECIALS, raw_recipe
 
 from mtkit.config import DecodeConfig, ModelConfig, recipe_from_dict
-from mtkit.decode import engine as engine_module
-from mtkit.decode.engine import FP32_WORK, Int8Linear, TorchEngine, quantize_int8
+from mtkit.decode import int8 as int8_module
+from mtkit.decode.engine import TorchEngine
+from mtkit.decode.int8 import FEW_ROWS, FP32_WORK, Int8Linear, quantize_int8
 from mtkit.decode.translate import Translator
 from mtkit.model.transformer import Transformer
 
 BOS, VOCAB = 1, 23
 TINY = ModelConfig(enc_layers=2, dec_layers=2, d_model=16, heads=2, ffn_dim=32,
                    max_positions=64)
-FP32, INT8 = 10**12, 0  # fp32_work that sends every call down one path
+FP32, INT8 = 10**12, 0  # fp32_work that sends every call down one path (with few="fp32")
+FBGEMM = "fbgemm" in torch.backends.quantized.supported_engines
+needs_fbgemm = pytest.mark.skipif(not FBGEMM, reason="this torch build has no fbgemm")
 
 
 @pytest.fixture
@@ -40,7 +44,7 @@ def paths_taken(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         original = getattr(Int8Linear, path)
 
         def spy(self, x, original=original, path=path):
-            assert path == ("few_rows" if x.size(0) <= self.fp32_rows else "many_rows")
+            assert path == ("few_rows" if x.size(0) <= self.few_rows_max else "many_rows")
             taken.append((path, x.size(0)))
             return original(self, x)
 
@@ -48,17 +52,21 @@ def paths_taken(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     return taken
 
 
-@pytest.mark.parametrize("fp32_work", [INT8, FP32], ids=["int8", "fp32"])
+@pytest.mark.parametrize("kernel", ["onednn", "fp32", pytest.param("fbgemm", marks=needs_fbgemm)])
 @pytest.mark.parametrize("shape", [(1, 32), (7, 32), (3, 5, 32), (0, 32)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_int8_linear_is_close_to_fp32(shape, bias, fp32_work, paths_taken):
+def test_int8_linear_is_close_to_fp32(shape, bias, kernel, paths_taken, monkeypatch):
     torch.manual_seed(0)
+    monkeypatch.setattr(int8_module, "FBGEMM_WORK", 0)  # fbgemm's for any size
     linear = torch.nn.Linear(32, 24, bias=bias)
     x = torch.randn(*shape)
+    layer = Int8Linear(linear, FP32 if kernel == "fp32" else INT8,
+                       "auto" if kernel == "fbgemm" else "fp32")
+    assert (layer.fbgemm is not None) == (kernel == "fbgemm")
     with torch.inference_mode():
-        expected, got = linear(x), Int8Linear(linear, fp32_work)(x)
+        expected, got = linear(x), layer(x)
     if x.numel():
-        assert paths_taken == [("many_rows" if fp32_work == INT8 else "few_rows",
+        assert paths_taken == [("many_rows" if kernel == "onednn" else "few_rows",
                                 x.numel() // 32)]
     assert got.shape == expected.shape and got.dtype == torch.float32
     # 8 bits for x and W: errors of a few hundredths of the output's range
@@ -66,14 +74,17 @@ def test_int8_linear_is_close_to_fp32(shape, bias, fp32_work, paths_taken):
         assert (got - expected).abs().max() <= 0.03 * expected.abs().max()
 
 
-def test_int8_keeps_zero_inputs_exact():
+def test_int8_keeps_zero_inputs_exact(monkeypatch):
     """The activation range always includes 0, so a zero row maps to the bias exactly."""
     linear = torch.nn.Linear(8, 4)
     x = torch.zeros(2, 8)
     x[1] = torch.rand(8) + 1.0  # all positive: a range not including 0 unless forced
+    monkeypatch.setattr(int8_module, "FBGEMM_WORK", 0)
     with torch.inference_mode():
-        got = Int8Linear(linear, INT8)(x)
+        got = Int8Linear(linear, INT8, "fp32")(x)  # oneDNN's
+        few = Int8Linear(linear)(x)  # fbgemm's, where there is fbgemm
     torch.testing.assert_close(got[0], linear.bias.detach(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(few[0], linear.bias.detach(), atol=1e-6, rtol=0)
 
 
 def test_a_call_takes_the_fp32_path_up_to_fp32_work(paths_taken, threads):
@@ -82,7 +93,7 @@ def test_a_call_takes_the_fp32_path_up_to_fp32_work(paths_taken, threads):
     torch.manual_seed(0)
     threads(1)
     linear = torch.nn.Linear(32, 24)
-    layer = Int8Linear(linear, fp32_work=4 * 32 * 24 + 5)  # 4 rows
+    layer = Int8Linear(linear, fp32_work=4 * 32 * 24 + 5, few="fp32")  # 4 rows
     dequantized = layer.w_scale[:, None] * torch.round(linear.weight.detach()
                                                         / layer.w_scale[:, None])
     x = torch.randn(9, 32)
@@ -97,34 +108,50 @@ def test_a_call_takes_the_fp32_path_up_to_fp32_work(paths_taken, threads):
     assert (many - reference).abs().max() <= 0.02 * reference.abs().max()
 
 
-def test_fp32_rows_follow_the_layer_size_and_the_threads(threads):
-    """Each layer takes the rows that fit in fp32_work multiply-adds per thread; a layer
-    where one row does not fit at the threads it is made with keeps no fp32 copy."""
+def test_few_rows_follow_the_layer_size_and_the_threads(threads, monkeypatch):
+    """Up to FBGEMM_WORK multiply-adds a row, or without fbgemm, each layer takes the rows
+    that fit in fp32_work multiply-adds per thread; a layer where one row does not fit at
+    the threads it is made with keeps no fp32 copy. From FBGEMM_WORK on, with fbgemm, a
+    layer takes FEW_ROWS, and keeps no fp32 copy."""
     model = Transformer(TINY, VOCAB, VOCAB).eval()
     threads(1)
-    quantized = quantize_int8(model, fp32_work=16 * 32 * 3)  # the 16 -> 32 layer: 3 rows
+    quantized = quantize_int8(model, 16 * 32 * 3, "fp32")  # the 16 -> 32 layer: 3 rows
     layers = [m for m in quantized.modules() if isinstance(m, Int8Linear)]
-    assert {(m.in_features, m.out_features): m.fp32_rows for m in layers} == {
+    assert {(m.in_features, m.out_features): m.few_rows_max for m in layers} == {
         (16, 48): 2, (16, 16): 6, (16, 32): 3, (32, 16): 3, (16, VOCAB): 4}
     threads(2)
-    assert quantized.out_proj.fp32_rows == 8
-    none = quantize_int8(model, fp32_work=(16 * 16 - 1) // 2)
-    assert all(m.fp32_rows == 0 and m.dequantized is None
+    assert quantized.out_proj.few_rows_max == 8
+    none = quantize_int8(model, (16 * 16 - 1) // 2, "fp32")
+    assert all(m.few_rows_max == 0 and m.dequantized is None
                for m in none.modules() if isinstance(m, Int8Linear))
-    default = quantize_int8(model)
-    assert default.out_proj.fp32_rows == 2 * FP32_WORK // (16 * VOCAB)
+    default = quantize_int8(model, few="fp32")
+    assert default.out_proj.few_rows_max == 2 * FP32_WORK // (16 * VOCAB)
+    auto = [m for m in quantize_int8(model).modules() if isinstance(m, Int8Linear)]
+    assert all(m.fbgemm is None and m.dequantized is not None for m in auto)  # all small
+    monkeypatch.setattr(int8_module, "FBGEMM_WORK", 16 * 32)
+    auto = [m for m in quantize_int8(model).modules() if isinstance(m, Int8Linear)]
+    large = {(m.in_features, m.out_features) for m in auto if m.size >= 16 * 32}
+    assert large == {(16, 48), (16, 32), (32, 16)}
+    for m in auto:
+        if (m.in_features, m.out_features) in large and FBGEMM:
+            assert m.few_rows_max == FEW_ROWS and m.dequantized is None
+        else:
+            assert m.fbgemm is None and m.dequantized is not None
 
 
-@pytest.mark.parametrize("fp32_work", [0, None], ids=["int8", "default"])
-def test_quantized_model_decodes_step_by_step_as_in_full_without_deprecations(fp32_work):
+@pytest.mark.parametrize("fp32_work, few", [(0, "fp32"), (None, "fp32"), (None, "auto")],
+                         ids=["int8", "fp32-few", "fbgemm-few"])
+def test_quantized_model_decodes_step_by_step_as_in_full_without_deprecations(
+        fp32_work, few, monkeypatch):
     torch.manual_seed(0)
+    monkeypatch.setattr(int8_module, "FBGEMM_WORK", 0)  # every layer is "large"
     model = Transformer(TINY, VOCAB, VOCAB).eval()
     src = torch.randint(2, VOCAB, (2, 6))
     tgt = torch.randint(2, VOCAB, (2, 5))
     tgt[:, 0] = BOS
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch.ao's path warned DeprecationWarning here
-        quantized = quantize_int8(model, fp32_work)
+        quantized = quantize_int8(model, fp32_work, few)
         with torch.inference_mode():
             memory, pad = quantized.encode(src)
             full = quantized.decode(tgt, memory, pad)
@@ -155,17 +182,20 @@ class WordTokenizer:
         return [" ".join(f"w{token}" for token in seq) for seq in sequences]
 
 
-def test_a_sentence_alone_translates_as_in_a_batch(monkeypatch, paths_taken, threads):
-    """One sentence at beam 4 steps 4 rows, through fp32; the same sentences in one batch
-    step many rows, through int8: the same translations, scores within int8's error."""
+@pytest.mark.parametrize("few", ["fp32", pytest.param("auto", marks=needs_fbgemm)])
+def test_a_sentence_alone_translates_as_in_a_batch(monkeypatch, paths_taken, threads, few):
+    """One sentence at beam 4 steps 4 rows, through the few-rows kernel (fp32, or
+    fbgemm's); the same sentences in one batch step many rows, through oneDNN's: the same
+    translations, scores within int8's error."""
     torch.manual_seed(0)
     cfg = ModelConfig(enc_layers=1, dec_layers=2, d_model=32, heads=2, ffn_dim=64,
                       dropout=0.0, max_positions=64)
     model = Transformer(cfg, VOCAB, VOCAB, pad_id=SPECIALS.pad)
     threads(1)
     # 32 -> 96 (self-attention's q, k, v), the largest layer but the output: 5 rows
-    monkeypatch.setattr(engine_module, "FP32_WORK", 32 * 96 * 5)
-    engine = TorchEngine([quantize_int8(model)], WordTokenizer(),
+    monkeypatch.setattr(int8_module, "FP32_WORK", 32 * 96 * 5)
+    monkeypatch.setattr(int8_module, "FBGEMM_WORK", 0)  # fbgemm for every layer (auto)
+    engine = TorchEngine([quantize_int8(model, few=few)], WordTokenizer(),
                          recipe_from_dict(raw_recipe("a", "b")))
     settings = DecodeConfig(beam=4, lenpen=1.0, max_len_a=1.0, max_len_b=4)
     generator = torch.Generator().manual_seed(1)

@@ -1,0 +1,182 @@
+"""int8 inference on the CPU (`--quantize int8`): every linear layer of a model with int8
+weights, one scale per output row, and the kernels that multiply by them.
+
+A call's rows choose the kernel. One sentence's decoder steps multiply a handful of rows
+(the beam) by every weight of the decoder: there the time is reading the weights, and a
+kernel that reads int8 weights reads a quarter of fp32's bytes. Batches multiply many rows
+by the same weights: there the time is arithmetic, and oneDNN's int8 matmul (the one
+torch's own x86 int8 inference lowers to) does it fastest (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from mtkit.errors import ConfigError
+from mtkit.model.transformer import Transformer
+
+X_LEVELS = 127  # x is quantised to 0..127, not 0..255: see Int8Linear
+
+# Calls of up to this many rows take fbgemm's kernel, where torch has it: one sentence's
+# beam rows, or a few sentences'. Beyond, oneDNN's int8 matmul is faster (2-3x at 320
+# rows on an AMX Xeon); below, fbgemm's (one call, no per-shape set-up).
+FEW_ROWS = 16
+# ... in layers of at least this many multiply-adds per row. fbgemm's call costs about
+# 10 us before it multiplies; a smaller layer's fp32 weights (up to about 1.5 MB) stay in
+# the cache between steps, and fp32 multiplies 5 rows by them as fast or faster (AMX
+# Xeon, one thread: 256 x 1024 20 us against fbgemm's 22, 512 x 2048 181 against 43).
+FBGEMM_WORK = 400_000
+
+# Without fbgemm: multiply-adds per thread (rows x in x out / torch threads) up to which a
+# call multiplies x by the weights dequantised to fp32 instead of calling oneDNN, whose
+# fixed cost per call (and several times that for a new row count, a sentence of a new
+# length) made one sentence slower than fp32 below about this much work.
+FP32_WORK = 10_000_000
+
+KERNELS = ("auto", "fp32")  # for few rows: fbgemm's where torch has it, or fp32
+# the overload itself: calling it skips resolving the op's name on every call
+_LINEAR_DYNAMIC = getattr(getattr(torch.ops.quantized, "linear_dynamic", None), "default", None)
+
+
+def quantize_int8(model: Transformer, fp32_work: int | None = None, few: str = "auto"
+                  ) -> Transformer:
+    """A copy of the model with every linear layer in int8 (`Int8Linear`), for CPU
+    inference; embeddings stay fp32 (the tied output projection gets its own int8 copy).
+    `fp32_work`, `few`: see `Int8Linear` (None: `FP32_WORK`)."""
+    if not torch.backends.mkldnn.is_available():
+        raise ConfigError("--quantize int8 needs a torch build with oneDNN (mkldnn)")
+    work = FP32_WORK if fp32_work is None else fp32_work
+    model = copy.deepcopy(model)
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if type(child) is nn.Linear:
+                setattr(parent, name, Int8Linear(child, work, few))
+    return model
+
+
+class Int8Linear(nn.Module):
+    """x W^T + b with W in int8, one scale per output row, by one of two paths chosen per
+    call by its rows (`few_rows_max`):
+
+    - few (the decoder steps of one sentence): in a large layer (`FBGEMM_WORK`), fbgemm's
+      dynamic int8 linear, one call that quantises x (7 bits, one scale per call) and
+      multiplies it by the int8 weights packed for it (`few="auto"`, where torch has
+      fbgemm: x86 builds). Otherwise (`few="fp32"`, a small layer, or no fbgemm) x times W
+      dequantised to fp32, held transposed as decode_step's fp32 linears hold theirs, up
+      to `fp32_work` multiply-adds per thread; a layer where one row does not fit at the
+      threads of the moment it is made keeps no fp32 copy.
+    - more: x quantised on the fly to 7-bit unsigned (0..127) with one scale and zero
+      point per call (dynamic quantisation), through oneDNN's int8 matmul, which also
+      applies the scales and the bias.
+
+    Every path multiplies by the same int8 weights.
+
+    Why 7 bits for x: on x86 CPUs without VNNI (AVX2 only) the int8 kernels multiply
+    u8 x s8 with vpmaddubsw, which adds pairs of products into int16 and saturates: 255 *
+    127 * 2 does not fit (tests/unit/test_int8.py's random inputs came out wrong on such a
+    machine). 127 * 127 * 2 fits, on every CPU (fbgemm's `reduce_range`), and the
+    translations lose nothing measurable.
+
+    Why not torch.ao's quantize_dynamic (deprecated, with quantized tensors) or torchao's
+    dynamic int8 config (its successor) for batches: torchao quantises activations in a
+    chain of small ops meant to be fused by torch.compile, and its weight-only kernel is
+    slow without AVX-512; the oneDNN ops here work on plain int8/uint8 tensors and were
+    the fastest of the three on large batches (docs/benchmarks.md). fbgemm's kernel takes
+    its weights packed from a quantized tensor, made once here and thrown away; where a
+    torch build cannot make one any more, few rows go the fp32 way.
+    """
+
+    def __init__(self, linear: nn.Linear, fp32_work: int = 0, few: str = "auto") -> None:
+        super().__init__()
+        if few not in KERNELS:
+            raise ValueError(f"few={few!r}: expected one of {KERNELS}")
+        weight = linear.weight.detach().float()
+        scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127  # (out,)
+        quantized = torch.round(weight / scale[:, None]).to(torch.int8)  # (out, in)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.size = self.in_features * self.out_features  # multiply-adds per row
+        self.fp32_work = max(fp32_work, 0)
+        self.register_buffer("w_scale", scale)
+        self.register_buffer("w_zero", torch.zeros(self.out_features, dtype=torch.long))
+        self.bias = None if linear.bias is None else linear.bias.detach().float()
+        # oneDNN's and fbgemm's own layouts, opaque objects: not buffers (no state_dict, no .to)
+        self.packed = torch.ops.onednn.qlinear_prepack(quantized, None)
+        self.fbgemm = None
+        if few == "auto" and self.size >= FBGEMM_WORK:
+            self.fbgemm = _fbgemm_packed(quantized, scale, self.bias)
+        self.dequantized = None  # (in, out), contiguous
+        if self.fbgemm is None and self.size <= self.fp32_work * torch.get_num_threads():
+            self.dequantized = (quantized.float() * scale[:, None]).t().contiguous()
+
+    @property
+    def few_rows_max(self) -> int:
+        """Calls of up to this many rows take the few-rows path, at today's thread count."""
+        if self.fbgemm is not None:
+            return FEW_ROWS
+        if self.dequantized is None:
+            return 0
+        return self.fp32_work * torch.get_num_threads() // self.size
+
+    def forward(self, x: Tensor) -> Tensor:  # (..., in) -> (..., out)
+        if x.dim() != 2:  # decode_step's (rows, in) needs no reshapes
+            lead = x.shape[:-1]
+            return self.forward(x.reshape(-1, self.in_features)).view(*lead, self.out_features)
+        if x.size(0) > self.few_rows_max:
+            return self.many_rows(x)
+        if x.size(0):
+            return self.few_rows(x)
+        return x.new_zeros(0, self.out_features)  # no rows: oneDNN refuses an empty x
+
+    # Called as forward itself, without nn.Module's call machinery (its hooks, which
+    # nothing sets on these): decode_step calls each linear once a step, where that
+    # machinery made a sentence measurably slower than fp32's plain StepLinear calls.
+    __call__ = forward
+
+    def few_rows(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
+        if self.fbgemm is not None:
+            return _LINEAR_DYNAMIC(x, self.fbgemm, True)  # True: x in 7 bits
+        if self.bias is None:
+            return torch.mm(x, self.dequantized)
+        return torch.addmm(self.bias, x, self.dequantized)
+
+    def many_rows(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
+        # The range includes 0, so that zeros (padding, ReLU outputs) stay exact.
+        lo, hi = (float(v) for v in torch.aminmax(x))  # no wait on the CPU
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+        scale = max(hi - lo, 1e-8) / X_LEVELS
+        zero = round(-lo / scale)
+        qx = x.div(scale).round_().add_(zero).clamp_(0, X_LEVELS).to(torch.uint8)
+        return torch.ops.onednn.qlinear_pointwise(
+            qx, scale, zero, self.packed, self.w_scale, self.w_zero, self.bias,
+            1.0, 0, torch.float32, "none", [], "")  # output scale 1, zero 0: plain fp32
+
+    def extra_repr(self) -> str:
+        kernel = "fbgemm" if self.fbgemm is not None else "fp32"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, int8, "
+                f"{kernel} up to {self.few_rows_max} rows")
+
+
+def _fbgemm_packed(quantized: Tensor, scale: Tensor, bias: Tensor | None) -> Any | None:
+    """The int8 weights (out, in) and their row scales packed for fbgemm's dynamic linear,
+    or None where this torch cannot (no fbgemm, or no quantized tensors any more)."""
+    if "fbgemm" not in torch.backends.quantized.supported_engines or _LINEAR_DYNAMIC is None:
+        return None
+    engine = torch.backends.quantized.engine
+    try:
+        with warnings.catch_warnings():
+            # torch warns that quantized tensors are deprecated: this one only carries
+            # the weights to the packing and is dropped
+            warnings.simplefilter("ignore")
+            weight = torch._make_per_channel_quantized_tensor(
+                quantized, scale.double(), torch.zeros(len(scale), dtype=torch.long), 0)
+            torch.backends.quantized.engine = "fbgemm"  # packs for fbgemm's kernel
+            return torch.ops.quantized.linear_prepack(weight, bias)
+    except (AttributeError, RuntimeError):
+        return None
+    finally:
+        torch.backends.quantized.engine = engine
