@@ -1,2 +1,2 @@
-"""Documents, not only lines: sentence splitting and placeholder protection around a
-sentence-level model (pure text processing; pipeline.py holds the order of work)."""
+"""Documents, not only lines: sentence splitting, placeholder protection and HTML markup
+around a sentence-level model (pure text processing; pipeline.py holds the order of work)."""
