@@ -38,6 +38,7 @@ IMPLIED_END: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 _CLOSES_P = BLOCK - {"br", "td", "th", "tr", "tbody", "thead", "tfoot", "caption", "option",
                      "title", "head", "body", "html", "dt", "dd", "legend", "summary"}
+CDATA = frozenset({"script", "style"})  # content the parser reads raw up to the end tag
 MAX_DEPTH = 256  # deeper start tags are dropped (their text stays): recursion stays bounded
 
 
@@ -97,17 +98,20 @@ class _Builder(HTMLParser):
         super().__init__(convert_charrefs=False)  # entities stay as written in the tokens
         self.source = source
         self.line_starts = [0] + [i + 1 for i, ch in enumerate(source) if ch == "\n"]
-        self.tokens: list[tuple[str, str, list[tuple[str, str | None]], int]] = []
+        # (kind, tag name, attributes, start offset, length when known)
+        self.tokens: list[tuple[str, str, list[tuple[str, str | None]], int, int | None]] = []
 
-    def _add(self, kind: str, name: str = "", attrs: list | None = None) -> None:
+    def _add(self, kind: str, name: str = "", attrs: list | None = None,
+             length: int | None = None) -> None:
         line, column = self.getpos()  # where the token being handled starts
-        self.tokens.append((kind, name, attrs or [], self.line_starts[line - 1] + column))
+        self.tokens.append((kind, name, attrs or [], self.line_starts[line - 1] + column,
+                            length))
 
     def handle_starttag(self, tag, attrs):
-        self._add("start", tag, attrs)
+        self._add("start", tag, attrs, len(self.get_starttag_text() or ""))
 
     def handle_startendtag(self, tag, attrs):
-        self._add("markup", tag)
+        self._add("markup", tag, None, len(self.get_starttag_text() or ""))
 
     def handle_endtag(self, tag):
         self._add("end", tag)
@@ -142,10 +146,12 @@ def parse_tree(html: str) -> list[Node]:
     offsets = [token[3] for token in builder.tokens] + [len(html)]
     root = Element("", "", False)
     stack = [root]
-    for (kind, name, attrs, start), end in zip(builder.tokens, offsets[1:]):
-        raw = html[start:end]  # anything the parser skipped stays with the token before it
+    for (kind, name, attrs, start, length), end in zip(builder.tokens, offsets[1:]):
+        # what the parser skipped (a '&' it could not read at the end) follows as text
+        cut = min(end, start + length) if length else end
+        raw, skipped = html[start:cut], html[cut:end]
         if kind == "text":
-            stack[-1].children.append(Text(raw))
+            skipped, raw = raw, ""
         elif kind == "markup" or (kind == "start" and name in VOID):
             stack[-1].children.append(Markup(raw, name))
         elif kind == "start":
@@ -156,6 +162,10 @@ def parse_tree(html: str) -> list[Node]:
                 stack.append(element)
         else:
             _close(stack, name, raw)
+        if skipped:
+            if stack[-1].name not in CDATA:  # a stray "<", text to the parser: escaped, so
+                skipped = skipped.replace("<", "&lt;")  # no tag written after it joins it
+            stack[-1].children.append(Text(skipped))
     return root.children
 
 

@@ -155,7 +155,8 @@ class _RunBuilder:
         for node in nodes:
             if isinstance(node, Text):
                 decoded = clean(node.decoded)
-                if node.raw.startswith("&") and len(decoded) == 1 and decoded != " ":
+                if node.raw.startswith("&") and len(decoded) == 1 and \
+                        decoded not in (" ", node.raw):  # a reference, not a stray '&'
                     self.entities.setdefault(decoded, node.raw)
                 self.chunks.append(decoded)
                 self.owner += [parent] * len(decoded)

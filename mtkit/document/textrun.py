@@ -146,29 +146,30 @@ def _write(run: Run, tokens: list[Token | int], words: list[tuple[str, str]],
     stack: tuple[int, ...] = ()
     previous: Token | int | None = None
     spaced = True  # a space was written since the last word
+    written = ""  # the part of the word written last that is out[-1], unescaped
     for token in tokens:
         target = word_paths[token] if isinstance(token, int) else token.path
         shared = 0
         while shared < min(len(stack), len(target)) and stack[shared] == target[shared]:
             shared += 1
-        _close(run, out, list(reversed(stack[shared:])), previous, words, entities)
+        _close(run, out, list(reversed(stack[shared:])), previous, written, entities)
         space = _space(previous, token, words, spaced)
         out.append(escape(space, entities))
         spaced = spaced or bool(space)
         stack = target
         if isinstance(token, int):
-            _open_word(run, out, list(target[shared:]), words[token][0], entities)
+            written = _open_word(run, out, list(target[shared:]), words[token][0], entities)
             spaced = False
         else:
             out += [run.starts[e] for e in target[shared:]] + [token.text]
         previous = token
-    _close(run, out, list(reversed(stack)), previous, words, entities)
+    _close(run, out, list(reversed(stack)), previous, written, entities)
     out.append(escape(run.trail, entities))
     return "".join(out)
 
 
 def _open_word(run: Run, out: list[str], opening: list[int], word: str,
-               entities: dict[str, str]) -> None:
+               entities: dict[str, str]) -> str:
     """Open `opening` (outermost first) and write the word; punctuation the source had
     before the innermost of them (`(<a>luz</a>)`) stays before their tags when the
     translated word starts with it too."""
@@ -181,19 +182,19 @@ def _open_word(run: Run, out: list[str], opening: list[int], word: str,
         lead = ""
     out += [run.starts[e] for e in opening[:inner]] + [escape(lead, entities)]
     out += [run.starts[e] for e in opening[inner:]] + [escape(word[len(lead):], entities)]
+    return word[len(lead):]
 
 
 def _close(run: Run, out: list[str], closing: list[int], previous: Token | int | None,
-           words: list[tuple[str, str]], entities: dict[str, str]) -> None:
+           word: str, entities: dict[str, str]) -> None:
     """Close `closing` (innermost first) after what was written last; a word's trailing
     punctuation the source had outside the innermost of them (`<a>luz</a>.`) goes after
     their end tags when the translated word ends with it too."""
     count = 0
     trail = run.outside[closing[0]][1] if closing else ""
-    if isinstance(previous, int) and _takes(trail, words[previous][0], str.endswith):
+    if isinstance(previous, int) and _takes(trail, word, str.endswith):
         while count < len(closing) and run.outside[closing[count]][1] == trail:
             count += 1
-        word = words[previous][0]
         out[-1] = escape(word[:len(word) - len(trail)], entities)
         out += [run.ends[e] for e in closing[:count]] + [escape(trail, entities)]
     out += [run.ends[e] for e in closing[count:]]

@@ -37,14 +37,22 @@ class Strict(HTMLParser):
         self.comments: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
-        k = dict(attrs).get("data-k")
-        if k is not None:
-            assert k not in self.elements, f"element {k} written twice"
-            parent = next((p for p in reversed(self.stack) if p is not None), None)
-            self.elements[k] = (self.get_starttag_text(), parent)
+        k = self.record(attrs)
         if tag not in VOID:
             self.stack.append(k)
             self.names.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list) -> None:
+        self.record(attrs)  # a self-closing tag opens nothing: written as it was
+
+    def record(self, attrs: list) -> str | None:
+        k = dict(attrs).get("data-k")
+        if k is not None:
+            while k in self.elements:  # a damaged document may repeat one
+                k += "+"
+            parent = next((p for p in reversed(self.stack) if p is not None), None)
+            self.elements[k] = (self.get_starttag_text(), parent)
+        return k
 
     def handle_endtag(self, tag: str) -> None:
         assert self.names and self.names[-1] == tag, f"</{tag}> closes {self.names[-1:]}"
@@ -231,3 +239,120 @@ def every_element_keeps_a_word(fragment: Fragment, translations: list[str], sour
     short = any(len(translations[part.text].split()) < max(1, len(part.starts))
                 for part in fragment.parts if not isinstance(part, str))
     return short or all(target.text[k] > 0 for k in source.elements if source.text[k] > 0)
+
+
+JUNK = ["<", "&", "</b>", "<i>", "<!--", "\x00", "\x1b", "<<", "&#xD800;", "&#0;", "</p>",
+        "<p>", "<b", '"', ">", "</", "<!", "<?", "&am", "\udcff", "<script>", "<pre>",
+        "<code>", '<a href="x', "<br/>", "<td>", "<li>", "<![CDATA[", "\r\n"]
+
+
+def damaged(html: str, rng: random.Random) -> str:
+    chars = list(html)
+    for _ in range(rng.randint(1, 4)):
+        roll, at = rng.random(), rng.randrange(len(chars) + 1)
+        if roll < 0.4:
+            chars.insert(at, rng.choice(JUNK))
+        elif roll < 0.7:
+            del chars[at:at + rng.randint(1, 10)]
+        else:
+            chars = chars[:at]
+    return "".join(chars)
+
+
+def test_damaged_documents_are_repaired_never_lost(documents: list[str]) -> None:
+    """Junk inserted, pieces cut out, documents cut short: the output is well formed and
+    holds exactly the translation's words."""
+    for seed, html in enumerate(documents[:60]):
+        rng = random.Random(seed)
+        for _ in range(4):
+            fragment = parse_fragment(damaged(html, rng))
+            for fake in (identity, permutation):
+                output, translations = translate(fragment, fake, seed)
+                Strict().read(output)
+                assert parse_fragment(output).texts == tuple(t for t in translations
+                                                             if t.strip())
+
+
+def round_trip(html: str) -> str:
+    fragment = parse_fragment(html)
+    return render(fragment, list(fragment.texts),
+                  [[(i, i) for i in range(len(t.split()))] for t in fragment.texts])
+
+
+@pytest.mark.parametrize("html, repaired", [
+    ("<p>Dios <b>dijo", "<p>Dios <b>dijo</b></p>"),  # closed at the end
+    ("<b><i>luz</b> y</i> agua", "<b><i>luz</i></b> y agua"),  # </b> closes <i>; </i> stray
+    ("<ul><li>uno<li>dos</ul>", "<ul><li>uno</li><li>dos</li></ul>"),
+    ("<p>uno<p>dos", "<p>uno</p><p>dos</p>"),
+    ("a < b & c", "a &lt; b &amp; c"),
+    ("luz <b", "luz &lt;b"),
+    ("x\x00y\x1bz", "x y z"),  # control characters are spaces
+    ("<code>a < b</code> c", "<code>a &lt; b</code> c"),  # kept, but a stray "<" escaped
+])
+def test_malformed_html_is_repaired_as_a_parser_repairs_it(html: str, repaired: str) -> None:
+    assert round_trip(html) == repaired
+
+
+def test_deep_nesting_and_long_texts_do_not_fail() -> None:
+    deep = "<b>" * 5000 + "luz" + "</b>" * 5000
+    assert parse_fragment(round_trip(deep)).texts == ("luz",)
+    long = "<p>" + " ".join(f"<i>w{k}</i> x{k}" for k in range(500)) + "</p>"
+    assert round_trip(long) == long
+
+
+def test_blocks_and_br_separate_texts_inline_elements_do_not() -> None:
+    fragment = parse_fragment("<h1>Génesis</h1><p>En el <b>principio</b><br>creó Dios</p>"
+                              "<ul><li>los cielos</li><li>y la <a href='#'>tierra</a>.</li></ul>")
+    assert fragment.texts == ("Génesis", "En el principio", "creó Dios", "los cielos",
+                              "y la tierra.")
+
+
+def test_kept_content_is_neither_translated_nor_changed() -> None:
+    html = ('<p>Mira <code>x &lt; y</code> y <span translate="no">Jehová</span> '
+            '<span class="a notranslate">Sión</span></p><pre>  luz\n  <b>agua</b></pre>'
+            '<script>if (a<b) {}</script><style>p{}</style><!-- nota -->'
+            '<img src="a.png" alt="una luz" title="luz">')
+    fragment = parse_fragment(html)
+    assert fragment.texts == ("Mira y",)
+    assert round_trip(html) == html
+    output = render(fragment, ["See and"], [[(0, 0), (1, 1)]])
+    for kept in ("<code>x &lt; y</code>", '<span translate="no">Jehová</span>',
+                 "<pre>  luz\n  <b>agua</b></pre>", "<script>if (a<b) {}</script>",
+                 '<img src="a.png" alt="una luz" title="luz">', "<!-- nota -->"):
+        assert kept in output
+
+
+def test_an_element_with_no_aligned_word_takes_that_of_its_nearest_source_word() -> None:
+    fragment = parse_fragment("Y dijo <b>Dios</b> luz")  # "Dios" (2) aligns to nothing
+    output = render(fragment, ["And said light God"], [[(0, 0), (1, 1), (3, 2)]])
+    assert output == "And <b>said</b> light God"  # "dijo" and "luz" as near: the left one
+    output = render(fragment, ["And said light God"], [[(0, 0), (3, 2)]])
+    assert output == "And said <b>light</b> God"  # "dijo" has no link: "luz" is nearest
+
+
+def test_punctuation_outside_a_tag_stays_outside() -> None:
+    fragment = parse_fragment('Sea la <a href="#">luz</a>. («<i>Amén</i>»)')
+    output = render(fragment, ["Let there be light. («Amen»)"],
+                    [[(0, 0), (1, 2), (2, 3), (3, 4)]])
+    assert output == 'Let there be <a href="#">light</a>. («<i>Amen</i>»)'
+    output = render(fragment, ["Light, be it"], [[(2, 0)]])  # no "." here: all inside
+    assert output == '<a href="#">Light,</a> be <i>it</i>'
+
+
+def test_reordered_elements_keep_their_words_and_nesting() -> None:
+    fragment = parse_fragment("<p>el <b>libro <i>rojo</i></b> de <em>Dios</em></p>")
+    output = render(fragment, ["God 's red book"], [[(4, 0), (3, 1), (2, 2), (1, 3)]])
+    assert output == "<p><em>God</em> 's <b><i>red</i> book</b></p>"
+
+
+def test_entities_and_nbsp_come_back_as_written() -> None:
+    html = "<p>Caín&nbsp;y Abel &copy; &#8224; &amp; &lt;hijos&gt;</p>"
+    assert parse_fragment(html).texts == ("Caín\u00a0y Abel © † & <hijos>",)
+    assert round_trip(html) == html
+    output = render(parse_fragment(html), ["a<b © & c"], [[(0, 0)]])
+    assert output == "<p>a&lt;b &copy; &amp; c</p>"
+
+
+def test_render_needs_one_translation_per_text() -> None:
+    with pytest.raises(ValueError, match="2 texts"):
+        render(parse_fragment("<p>a</p><p>b</p>"), ["x"], [[]])
