@@ -356,3 +356,28 @@ def test_entities_and_nbsp_come_back_as_written() -> None:
 def test_render_needs_one_translation_per_text() -> None:
     with pytest.raises(ValueError, match="2 texts"):
         render(parse_fragment("<p>a</p><p>b</p>"), ["x"], [[]])
+
+
+def test_formats_unpack_lines_into_texts_and_repack_one_line_each() -> None:
+    from mtkit.decode.align import Aligned
+    from mtkit.document.formats import repack, unpack
+
+    lines = ["<p>Hola <b>mundo</b></p><p>Adiós</p>", "", "solo <i>texto</i>"]
+    unpacked = unpack(lines, "html")
+    assert unpacked.texts == ("Hola mundo", "Adiós", "solo texto") and unpacked.needs_links
+    done = [Aligned("Hello world", ((0, 0), (1, 1))), Aligned("Bye", ((0, 0),)),
+            Aligned("text only", ((0, 1), (1, 0)))]
+    assert repack(unpacked, done) == ["<p>Hello <b>world</b></p><p>Bye</p>", "",
+                                      "<i>text</i> only"]
+    plain = unpack(lines, "text")
+    assert plain.texts == tuple(lines) and not plain.needs_links
+    assert repack(plain, [Aligned(line, ()) for line in lines]) == lines
+
+
+def test_an_unknown_format_is_a_one_line_error() -> None:
+    from mtkit.document.formats import check_format
+    from mtkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^--format htm: expected text or html \(did you "
+                                          r"mean html\?\)$"):
+        check_format("htm")
