@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from mtkit.document.htmltree import BLOCK, Element, Markup, Node, Text, outer, parse_tree
 from mtkit.document.spans import ancestry, linked, place
-from mtkit.document.textrun import Piece, Run, write_run
+from mtkit.document.textrun import Piece, Run, is_punctuation, write_run
 
 _WORD = re.compile(r"\S+")
 
@@ -180,16 +180,16 @@ class _RunBuilder:
         text = chars[words[0][0]:words[0][1]] + "".join(
             ("\u00a0" if "\u00a0" in chars[end:start] else " ") + chars[start:stop]
             for (_, end), (start, stop) in zip(words, words[1:]))
-        ranges, outside = self.extents(chars, words)
+        ranges, edges = self.extents(chars, words)
         run = Run(index, len(words), tuple(self.starts), tuple(self.ends), tuple(self.parents),
-                  tuple(self.offsets), tuple(owners), tuple(ranges), tuple(outside),
+                  tuple(self.offsets), tuple(owners), tuple(ranges), tuple(edges),
                   tuple(_pieces(self.marks, words, chars)), chars[:first], chars[last:])
         return run, text
 
     def extents(self, chars: str, words: list[tuple[int, int]]
-                ) -> tuple[list[tuple[int, int]], list[tuple[str, str]]]:
-        """Each element's first and last source word, and the punctuation of those words
-        that lies outside it (`<a>luz</a>.`: the '.')."""
+                ) -> tuple[list[tuple[int, int]], list[tuple[bool, bool]]]:
+        """Each element's first and last source word, and whether its text starts and
+        ends with punctuation (`<b>¿Quién?</b>` does, `¿<b>Quién</b>?` does not)."""
         word_at = [-1] * len(chars)
         for w, (a, b) in enumerate(words):
             word_at[a:b] = [w] * (b - a)
@@ -198,18 +198,10 @@ class _RunBuilder:
             if word_at[c] >= 0:
                 for e in ancestry(self.parents, owner):
                     held[e].append(c)
-        ranges, outside = [], []
-        for chars_held in held:
-            a, b = words[word_at[chars_held[0]]][0], words[word_at[chars_held[-1]]][1]
-            ranges.append((word_at[chars_held[0]], word_at[chars_held[-1]]))
-            before, after = chars[a:chars_held[0]], chars[chars_held[-1] + 1:b]
-            outside.append((before if _punctuation(before) else "",
-                            after if _punctuation(after) else ""))
-        return ranges, outside
-
-
-def _punctuation(text: str) -> bool:
-    return all(unicodedata.category(ch).startswith("P") for ch in text)
+        ranges = [(word_at[mine[0]], word_at[mine[-1]]) for mine in held]
+        edges = [(is_punctuation(chars[mine[0]]), is_punctuation(chars[mine[-1]]))
+                 for mine in held]
+        return ranges, edges
 
 
 def _pieces(marks: list[tuple[int, str, int]], words: list[tuple[int, int]],

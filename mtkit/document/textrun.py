@@ -3,6 +3,7 @@ translation once `spans.place` has given each inline element its output words.""
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 from mtkit.document.spans import Interval, ancestry
@@ -36,7 +37,8 @@ class Run:
     offsets: tuple[int, ...]  # where each element opened in the text's characters
     word_owner: tuple[int, ...]  # each source word's innermost element (-1: none)
     ranges: tuple[Interval, ...]  # each element's first and last source word
-    outside: tuple[tuple[str, str], ...]  # punctuation of those words outside the element
+    edges: tuple[tuple[bool, bool], ...]  # whether each one's text starts, ends with
+    # punctuation: where it does not, a translated word's punctuation stays outside it
     pieces: tuple[Piece, ...]
     lead: str
     trail: str
@@ -170,38 +172,44 @@ def _write(run: Run, tokens: list[Token | int], words: list[tuple[str, str]],
 
 def _open_word(run: Run, out: list[str], opening: list[int], word: str,
                entities: dict[str, str]) -> str:
-    """Open `opening` (outermost first) and write the word; punctuation the source had
-    before the innermost of them (`(<a>luz</a>)`) stays before their tags when the
-    translated word starts with it too."""
-    lead = run.outside[opening[-1]][0] if opening else ""
+    """Open `opening` (outermost first) and write the word; its leading punctuation goes
+    before the tags of the innermost elements whose source text did not start with
+    punctuation (`¿<b>Quién</b>`), inside the others (`<b>¿Quién</b>`)."""
+    lead = _punctuation_run(word)
     inner = len(opening)
-    if _takes(lead, word, str.startswith):
-        while inner > 0 and run.outside[opening[inner - 1]][0] == lead:
-            inner -= 1
-    else:
-        lead = ""
+    while lead and inner > 0 and not run.edges[opening[inner - 1]][0]:
+        inner -= 1
+    lead = lead if inner < len(opening) else ""
     out += [run.starts[e] for e in opening[:inner]] + [escape(lead, entities)]
     out += [run.starts[e] for e in opening[inner:]] + [escape(word[len(lead):], entities)]
     return word[len(lead):]
 
 
 def _close(run: Run, out: list[str], closing: list[int], previous: Token | int | None,
-           word: str, entities: dict[str, str]) -> None:
+           written: str, entities: dict[str, str]) -> None:
     """Close `closing` (innermost first) after what was written last; a word's trailing
-    punctuation the source had outside the innermost of them (`<a>luz</a>.`) goes after
-    their end tags when the translated word ends with it too."""
+    punctuation goes after the end tags of the innermost elements whose source text did
+    not end with punctuation (`<a>luz</a>.`)."""
+    trail = _punctuation_run(written[::-1])[::-1] if isinstance(previous, int) else ""
     count = 0
-    trail = run.outside[closing[0]][1] if closing else ""
-    if isinstance(previous, int) and _takes(trail, word, str.endswith):
-        while count < len(closing) and run.outside[closing[count]][1] == trail:
-            count += 1
-        out[-1] = escape(word[:len(word) - len(trail)], entities)
+    while trail and count < len(closing) and not run.edges[closing[count]][1]:
+        count += 1
+    if count:
+        out[-1] = escape(written[:len(written) - len(trail)], entities)
         out += [run.ends[e] for e in closing[:count]] + [escape(trail, entities)]
     out += [run.ends[e] for e in closing[count:]]
 
 
-def _takes(punctuation: str, word: str, test) -> bool:
-    return bool(punctuation) and len(word) > len(punctuation) and test(word, punctuation)
+def is_punctuation(ch: str) -> bool:
+    return unicodedata.category(ch).startswith("P")
+
+
+def _punctuation_run(word: str) -> str:
+    """The punctuation the word starts with, unless the word is all punctuation."""
+    end = 0
+    while end < len(word) and is_punctuation(word[end]):
+        end += 1
+    return word[:end] if end < len(word) else ""
 
 
 def _space(previous: Token | int | None, token: Token | int, words: list[tuple[str, str]],

@@ -10,67 +10,16 @@ input back."""
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Callable
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from htmlcheck import Strict
 
-from mtkit.document.htmltree import VOID
 from mtkit.document.markup import Fragment, parse_fragment, render
 
 SEEDS = range(150)
 Links = list[tuple[int, int]]
-
-
-class Strict(HTMLParser):
-    """Reads a document that must be well formed: every element closed, in order. Keeps
-    each data-k element's start tag, parent, text, and the comments."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.stack: list[str | None] = [None]  # data-k of the open elements (None: other)
-        self.names: list[str] = []
-        self.elements: dict[str, tuple[str, str | None]] = {}  # k -> (start tag, parent k)
-        self.text: Counter[str] = Counter()  # k -> characters of text inside it
-        self.comments: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        k = self.record(attrs)
-        if tag not in VOID:
-            self.stack.append(k)
-            self.names.append(tag)
-
-    def handle_startendtag(self, tag: str, attrs: list) -> None:
-        self.record(attrs)  # a self-closing tag opens nothing: written as it was
-
-    def record(self, attrs: list) -> str | None:
-        k = dict(attrs).get("data-k")
-        if k is not None:
-            while k in self.elements:  # a damaged document may repeat one
-                k += "+"
-            parent = next((p for p in reversed(self.stack) if p is not None), None)
-            self.elements[k] = (self.get_starttag_text(), parent)
-        return k
-
-    def handle_endtag(self, tag: str) -> None:
-        assert self.names and self.names[-1] == tag, f"</{tag}> closes {self.names[-1:]}"
-        self.names.pop()
-        self.stack.pop()
-
-    def handle_data(self, data: str) -> None:
-        for k in self.stack:
-            self.text[k] += len(data.strip())
-
-    def handle_comment(self, data: str) -> None:
-        self.comments.append(data)
-
-    def read(self, html: str) -> Strict:
-        self.feed(html)
-        self.close()
-        assert not self.names, f"left open: {self.names}"
-        return self
 
 
 def verses(data_dir: Path) -> list[str]:
@@ -330,13 +279,15 @@ def test_an_element_with_no_aligned_word_takes_that_of_its_nearest_source_word()
     assert output == "And said <b>light</b> God"  # "dijo" has no link: "luz" is nearest
 
 
-def test_punctuation_outside_a_tag_stays_outside() -> None:
+def test_punctuation_goes_inside_a_tag_only_where_the_source_had_it_inside() -> None:
     fragment = parse_fragment('Sea la <a href="#">luz</a>. («<i>Amén</i>»)')
     output = render(fragment, ["Let there be light. («Amen»)"],
                     [[(0, 0), (1, 2), (2, 3), (3, 4)]])
     assert output == 'Let there be <a href="#">light</a>. («<i>Amen</i>»)'
-    output = render(fragment, ["Light, be it"], [[(2, 0)]])  # no "." here: all inside
-    assert output == '<a href="#">Light,</a> be <i>it</i>'
+    output = render(fragment, ["Light, be it"], [[(2, 0)]])  # punctuation the model added
+    assert output == '<a href="#">Light</a>, be <i>it</i>'
+    fragment = parse_fragment("<b>¿Quién?</b> dijo")
+    assert render(fragment, ["Who? said"], [[(0, 0), (1, 1)]]) == "<b>Who?</b> said"
 
 
 def test_reordered_elements_keep_their_words_and_nesting() -> None:
