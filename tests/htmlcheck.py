@@ -1,10 +1,13 @@
-"""A strict reader of HTML for the markup tests: the document must be well formed (every
-element closed, in order), and it keeps what the tests compare."""
+"""HTML for the markup tests: a seeded generator of documents, and a strict reader (the
+document must be well formed: every element closed, in order) that keeps what the tests
+compare."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from html.parser import HTMLParser
+from pathlib import Path
 
 from mtkit.document.htmltree import VOID
 
@@ -58,3 +61,67 @@ class Strict(HTMLParser):
         self.close()
         assert not self.names, f"left open: {self.names}"
         return self
+
+
+def verses(data_dir: Path) -> list[str]:
+    return (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:200]
+
+
+class Generator:
+    """A seeded random document: canonical whitespace (one space between words, tags
+    next to the words they hold), so the identity translation must give it back."""
+
+    def __init__(self, seed: int, sentences: list[str]):
+        self.rng = random.Random(seed)
+        self.sentences = sentences
+        self.k = 0
+
+    def key(self) -> str:
+        self.k += 1
+        return f' data-k="{self.k}"'
+
+    def document(self) -> str:
+        return "".join(self.block(0) for _ in range(self.rng.randint(1, 3)))
+
+    def block(self, depth: int) -> str:
+        rng = self.rng
+        choice = rng.choice(["p", "h2", "ul", "div", "pre"] if depth < 2 else ["p", "li"])
+        if choice == "ul":
+            items = "".join(f"<li{self.key()}>{self.inline(0)}</li>"
+                            for _ in range(rng.randint(1, 3)))
+            return f"<ul{self.key()}>{items}</ul>"
+        if choice == "div":
+            inner = "\n".join(self.block(depth + 1) for _ in range(rng.randint(1, 2)))
+            return f'<div{self.key()} class="c{rng.randint(0, 9)}">\n{inner}\n</div>'
+        if choice == "pre":
+            return f"<pre{self.key()}>  x &lt; 1\n <b>kept</b>  </pre>"
+        return f"<{choice}{self.key()}>{self.inline(0)}</{choice}>"
+
+    def inline(self, depth: int) -> str:
+        rng = self.rng
+        words = rng.choice(self.sentences).split()[: rng.randint(1, 12)]
+        out: list[str] = []
+        for word in words:
+            roll = rng.random()
+            if roll < 0.15 and depth < 4:
+                out.append(self.element(depth, word))
+            elif roll < 0.2:
+                out.append(rng.choice(['<img src="a.png" alt="una luz">', "<!-- nota -->",
+                                       "<code>a &amp;&amp; b</code>", "<wbr>",
+                                       '<span translate="no">Jehová</span>']))
+                out.append(word)
+            elif roll < 0.25:
+                out.append(rng.choice(["&amp;", "&copy;", "&#8224;", "&lt;&gt;", "y&nbsp;no"]))
+                out.append(word)
+            else:
+                out.append(word)
+        return " ".join(out)
+
+    def element(self, depth: int, word: str) -> str:
+        rng = self.rng
+        name = rng.choice(["b", "i", "em", "strong", "a", "span"])
+        attrs = ' href="/v?a=1&amp;b=2" title="Dios"' if name == "a" else ""
+        inner = self.inline(depth + 1) if rng.random() < 0.5 else word
+        if rng.random() < 0.2 and word[-1] in ",.;:" and inner == word and len(word) > 1:
+            return f"<{name}{self.key()}{attrs}>{word[:-1]}</{name}>{word[-1]}"
+        return f"<{name}{self.key()}{attrs}>{inner}</{name}>"
