@@ -95,6 +95,13 @@ ProtectOpt = typer.Option(
 ProtectRegexOpt = typer.Option(
     None, "--protect-regex", metavar="REGEX", show_default=FROM_MODEL, help="Protect also "
     "what this regular expression matches (Python syntax; repeatable).")
+FormatOpt = typer.Option(
+    "text", "--format", metavar="FORMAT", help="text, or html: each line is an HTML "
+    "fragment whose text is translated and whose tags, attributes and code are kept "
+    "(docs/guides/documents.md).")
+WholeFileOpt = typer.Option(
+    False, "--whole-file", help="With --format html: the whole input is one document "
+    "(a page over many lines), written back whole.")
 SrcLangOpt = typer.Option(
     None, "--src-lang", metavar="CODE", show_default="the model's",
     help="A multilingual model's (M2M100, NLLB) source language, e.g. es or spa_Latn.",

@@ -17,6 +17,7 @@ from mtkit.cli.options import (
     BeamOpt,
     DeviceOpt,
     EngineOpt,
+    FormatOpt,
     LenpenOpt,
     MaxLenAOpt,
     MaxLenBOpt,
@@ -36,6 +37,7 @@ from mtkit.cli.options import (
     TagOpt,
     TemperatureOpt,
     TgtLangOpt,
+    WholeFileOpt,
     one_of,
 )
 from mtkit.cli.options import ThreadsOpt as ServeThreadsOpt
@@ -85,6 +87,8 @@ def translate(
     no_protect: bool = NoProtectOpt,
     protect: list[str] | None = ProtectOpt,
     protect_regex: list[str] | None = ProtectRegexOpt,
+    text_format: str = FormatOpt,
+    whole_file: bool = WholeFileOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
     threads: int = TranslateThreadsOpt,
@@ -122,7 +126,7 @@ def translate(
         max_tokens=max_tokens, device=device, threads=threads, quantize=quantize,
         engine=engine, tag=tag, scores=scores, quiet=quiet, prefix_file=prefix,
         alignments=(alignment_unit or "word") if alignments else None,
-        langs=(src_lang, tgt_lang),
+        langs=(src_lang, tgt_lang), format=text_format, whole_file=whole_file,
     )
     try:
         stats = translate_job(job)

@@ -21,8 +21,9 @@ from typing import BinaryIO
 from mtkit.decode.align import UNITS
 from mtkit.decode.choices import OPTION_NAMES, DecodeChoices
 from mtkit.decode.shard import Shard, line_range, receive_shares, send_share
-from mtkit.decode.stream import Prefixes, decode_lines, translate_stream
+from mtkit.decode.stream import Prefixes, decode_lines, translate_stream, translate_whole
 from mtkit.decode.translate import Stats, Translator
+from mtkit.document.formats import check_format
 from mtkit.document.split import require_splitter
 from mtkit.errors import ConfigError
 from mtkit.files.atomic import atomic_write
@@ -49,6 +50,8 @@ class TranslateJob:
     prefix_file: Path | None = None  # one target prefix per input line ("" for none)
     alignments: str | None = None  # word or subword: append each line's links; None: none
     langs: tuple[str | None, str | None] = (None, None)  # a multilingual model's pair
+    format: str = "text"  # html: each line an HTML fragment (mtkit.document.formats)
+    whole_file: bool = False  # the whole input one document (html: one fragment)
 
 
 def translate_job(job: TranslateJob) -> Stats | None:
@@ -60,6 +63,7 @@ def translate_job(job: TranslateJob) -> Stats | None:
     prefixes = read_prefixes(job.prefix_file, job.input_file)  # before the model: errors first
     if job.decode.split:
         _check_split(job)
+    _check_format(job)
     device = str(dist.setup(job.device, timeout_s=600, threads=job.threads))
     if dist.launched():
         shard = Shard(dist.rank(), dist.world_size())
@@ -74,6 +78,8 @@ def translate_job(job: TranslateJob) -> Stats | None:
     translator.document = dataclasses.replace(
         translator.document, src_lang=job.langs[0] or translator.document.src_lang,
         tgt_lang=job.langs[1] or translator.document.tgt_lang)
+    translator.document = dataclasses.replace(translator.document, format=job.format)
+    translator.checked_format(None)  # (a recipe's decode.nbest above 1: an error for html)
     if translator.document.split:
         _check_split(job)  # (a recipe's decode.split: checked now)
     if translator.document.split and translator.settings.nbest > 1:
@@ -132,6 +138,24 @@ def _check_split(job: TranslateJob) -> None:
     require_splitter()
 
 
+def _check_format(job: TranslateJob) -> None:
+    """--format and --whole-file with what they cannot do: a one-line error."""
+    check_format(job.format)
+    if job.whole_file and job.format != "html":
+        raise ConfigError("--whole-file: reads the input as one HTML document; give "
+                          "--format html too")
+    if job.whole_file and (job.shard is not None or dist.launched()):
+        raise ConfigError("--whole-file: one document is not shared out; leave out --shard "
+                          "(and torchrun)")
+    if job.format == "html":
+        for given, flag in ((job.prefix_file, "--prefix"), (job.scores, "--scores"),
+                            (job.alignments, "--alignments"),
+                            ((job.decode.nbest or 1) > 1, "--nbest")):
+            if given:
+                raise ConfigError(f"--format html: not with {flag} (each text's best "
+                                  "translation goes into the markup); leave one out")
+
+
 def _checked_shard(job: TranslateJob) -> Shard | None:
     if job.shard is not None and dist.launched():
         raise ConfigError("--shard: not under torchrun, whose ranks share the input already")
@@ -154,6 +178,8 @@ def _translate_shares(job: TranslateJob, translator: Translator, in_fd: int,
     total = None if not bar else count_lines(job.input_file) if lines is None else lines.count
 
     def translate_share(out: BinaryIO) -> Stats:
+        if job.whole_file:
+            return translate_whole(translator, in_fd, out)
         return translate_stream(
             translator, in_fd, out, scores=job.scores, total_lines=total, progress=bar,
             first_line=lines.first if lines is not None else 0,

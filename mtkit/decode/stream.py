@@ -104,6 +104,19 @@ def document_line(translated: Translated, scores: bool, links: bool) -> str:
     return line + ("\t" + pharaoh(translated.links) if links else "")
 
 
+def translate_whole(translator: Translator, in_fd: int, out: BinaryIO) -> Stats:
+    """Everything readable from in_fd as one document (`translator.document.format` html:
+    one HTML fragment, newlines and all), its translation written when it is done."""
+    start = time.perf_counter()
+    data = b"".join(iter(lambda: os.read(in_fd, 1 << 20), b""))
+    text = decode_lines([data], translator.stats)[0] if data else ""
+    done = translator.translate_documents([text], first_line=0)
+    out.write(done[0].text.encode("utf-8"))
+    out.flush()
+    translator.stats.seconds = time.perf_counter() - start
+    return translator.stats
+
+
 def translate_stream(
     translator: Translator, in_fd: int, out: BinaryIO, buffer_lines: int = 2000,
     scores: bool = False, total_lines: int | None = None, progress: bool = False,

@@ -24,6 +24,7 @@ from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
 from mtkit.decode.scoring import UNSCORED, PairScore, encode_pairs, score_encoded
 from mtkit.decode.search import Hypothesis
+from mtkit.document.formats import check_format
 from mtkit.document.pipeline import DocumentOptions, Translated, finish, prepare
 from mtkit.document.placeholders import protection
 from mtkit.errors import CheckpointError, ConfigError, DataError
@@ -157,24 +158,28 @@ class Translator:
 
     @overload
     def translate(self, lines: str, prefixes: str | None = None, src_lang: str | None = None,
-                  tgt_lang: str | None = None) -> str: ...
+                  tgt_lang: str | None = None, format: str | None = None) -> str: ...
     @overload
     def translate(self, lines: Sequence[str], prefixes: Sequence[str] | None = None,
-                  src_lang: str | None = None, tgt_lang: str | None = None) -> list[str]: ...
+                  src_lang: str | None = None, tgt_lang: str | None = None,
+                  format: str | None = None) -> list[str]: ...
 
     def translate(self, lines: str | Sequence[str], prefixes: str | Sequence[str] | None = None,
-                  src_lang: str | None = None, tgt_lang: str | None = None) -> str | list[str]:
+                  src_lang: str | None = None, tgt_lang: str | None = None,
+                  format: str | None = None) -> str | list[str]:
         """The best translation of each line, one output per input line; for one string,
         its translation (a string with line breaks is one line here, as in a request).
         `prefixes`: the start each translation must have, one per line ("" for none).
         `src_lang`, `tgt_lang`: a multilingual model's pair for this call (None: the
-        translator's)."""
+        translator's). `format`: "html" for lines that are HTML fragments (None:
+        `document.format`, "text" by default)."""
         if isinstance(lines, str):
             return self.translate([lines], None if prefixes is None else [prefixes],
-                                  src_lang, tgt_lang)[0]
-        if self.documents_apply(prefixes):
-            return [r.text for r in self.translate_documents(lines, src_lang=src_lang,
-                                                             tgt_lang=tgt_lang)]
+                                  src_lang, tgt_lang, format)[0]
+        format = self.checked_format(format, prefixes)
+        if format != "text" or self.documents_apply(prefixes):
+            return [r.text for r in self.translate_documents(
+                lines, src_lang=src_lang, tgt_lang=tgt_lang, format=format)]
         hyps = self.search(lines, prefixes=prefixes, src_lang=src_lang, tgt_lang=tgt_lang)
         return self.texts([h[0] for h in hyps])
 
@@ -196,6 +201,9 @@ class Translator:
             return self.translate_aligned([lines], unit,
                                           None if prefixes is None else [prefixes],
                                           src_lang, tgt_lang)[0]
+        if self.checked_format(None, prefixes) != "text":
+            raise ConfigError("translate_aligned: HTML comes back with its tags, not links; "
+                              "use translate, or document.format text")
         if unit == "word" and self.documents_apply(prefixes):
             return [Aligned(r.text, r.links) for r in
                     self.translate_documents(lines, True, src_lang=src_lang, tgt_lang=tgt_lang)]
@@ -209,22 +217,33 @@ class Translator:
         translation of a line without a prefix."""
         return self.document.active and self.settings.nbest == 1 and not prefixes
 
+    def checked_format(self, format: str | None, prefixes: object = None) -> str:
+        """The call's format (None: `document.format`): HTML gets each text's best
+        translation, placed in its markup, so not with nbest > 1 nor prefixes."""
+        chosen = check_format(format or self.document.format, "format")
+        if chosen == "html" and (self.settings.nbest > 1 or prefixes):
+            raise ConfigError("format html: each text's best translation goes into the "
+                              "markup; leave out nbest (or give 1) and prefixes")
+        return chosen
+
     def translate_documents(self, lines: Sequence[str], links: bool = False,
                             first_line: int | None = None, src_lang: str | None = None,
-                            tgt_lang: str | None = None) -> list[Translated]:
+                            tgt_lang: str | None = None, format: str | None = None
+                            ) -> list[Translated]:
         """Each line through `document`'s order of work (mtkit.document.pipeline): one
         Translated per line, its text, its score (a line of several sentences: none) and,
         with `links` (or where placeholders needed them), its links to the line's
         whitespace words. A line with nothing to split or protect costs one search, as in
-        `translate`; a sentence is numbered (`search`'s `numbers`) by its line."""
+        `translate`; a sentence is numbered (`search`'s `numbers`) by its line. An HTML
+        line (`format` html) comes back as HTML, without links."""
         options = dataclasses.replace(
             self.document, links=links or self.document.links,
             src_lang=src_lang or self.document.src_lang,
-            tgt_lang=tgt_lang or self.document.tgt_lang)
+            tgt_lang=tgt_lang or self.document.tgt_lang,
+            format=format or self.document.format)
         prepared = prepare(lines, options)
         first_line = self.stats.sentences if first_line is None else first_line
-        numbers = [first_line + k for k, plan in enumerate(prepared.plans)
-                   for _ in plan.pieces]
+        numbers = [first_line + plan.line for plan in prepared.plans for _ in plan.pieces]
         sentences = list(prepared.sentences)
         found = self.search(sentences, numbers=numbers, src_lang=src_lang, tgt_lang=tgt_lang)
         wanted = [k for k, want in enumerate(prepared.want_links) if want]

@@ -6,8 +6,8 @@ translation's tags placed by its word links. In the order of work (pipeline.py),
 comes first and `repack` last:
 
     unpacked = unpack(lines, "html")
-    done = translate_documents(list(unpacked.texts), ...)   # with links
-    repack(unpacked, done)                                   # one line per input line
+    done = ...                     # each of unpacked.texts translated, with its links
+    repack(unpacked, done)         # one line per input line
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class Unpacked:
     format: str
     fragments: tuple[Fragment, ...]  # html: one per line; text: none
     texts: tuple[str, ...]
+    lines: tuple[int, ...]  # the input line of each text
 
     @property
     def needs_links(self) -> bool:
@@ -58,9 +59,10 @@ def check_format(name: str, option: str = "--format") -> str:
 
 def unpack(lines: Sequence[str], format: str = "text") -> Unpacked:
     if check_format(format) == "text":
-        return Unpacked(format, (), tuple(lines))
+        return Unpacked(format, (), tuple(lines), tuple(range(len(lines))))
     fragments = tuple(parse_fragment(line) for line in lines)
-    return Unpacked(format, fragments, tuple(t for f in fragments for t in f.texts))
+    return Unpacked(format, fragments, tuple(t for f in fragments for t in f.texts),
+                    tuple(k for k, f in enumerate(fragments) for _ in f.texts))
 
 
 def repack(unpacked: Unpacked, translated: Sequence[Linked]) -> list[str]:

@@ -1,6 +1,6 @@
 """Documents through a sentence-level model: the fixed order of work, one line at a time.
 
-    markup parsed into text runs (format html)
+    markup parsed into text runs (format html: formats.py, markup.py)
       -> placeholders masked             (placeholders.py)
       -> sentences split                 (split.py; with `split`)
       -> translated                      (the caller's `translate_sentences`)
@@ -11,7 +11,8 @@
 Masking comes before splitting so that a URL or an e-mail address is never split at its
 dots; restoring comes after joining so that a placeholder the model lost is put back by
 the links of the whole line. Each line gives one result (the line contract holds): its
-text and its links to the source line's whitespace words, which tags are placed by.
+text and its links to the source line's whitespace words, which tags are placed by (an
+HTML line gives its translated HTML, without links).
 
 A line with nothing to do (no placeholder, one sentence or no `split`) goes to the model
 as it is, and links are asked for only where restoring needs them or the caller wants
@@ -27,6 +28,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from mtkit.document.formats import Unpacked, repack, unpack
 from mtkit.document.placeholders import Links, Masked, Protection, mask, restore
 from mtkit.document.split import Piece, join_translations, no_space, split_sentences
 
@@ -38,11 +40,12 @@ class DocumentOptions:
     src_lang: str | None = None  # the splitter's language (None: generic rules)
     tgt_lang: str | None = None  # the target's: joined without spaces for zh, ja, th
     links: bool = False  # every line's links wanted (markup, alignments), not only some
+    format: str = "text"  # html: each line an HTML fragment, its texts translated (formats.py)
 
     @property
     def active(self) -> bool:
         """False when no line could differ from a plain translation (nor need links)."""
-        return self.split or self.protection.active or self.links
+        return self.split or self.protection.active or self.links or self.format != "text"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class LinePlan:
     masked: Masked | None  # None: no placeholder
     pieces: tuple[Piece, ...]  # its sentences (one: the line, or its masked text, whole)
     first: int  # where its first sentence is in `Prepared.sentences`
+    line: int = 0  # the input line it is, or (html: a line of several texts) is part of
 
 
 @dataclass(frozen=True)
@@ -74,27 +78,31 @@ class Prepared:
     plans: tuple[LinePlan, ...]
     sentences: tuple[str, ...]
     want_links: tuple[bool, ...]  # per sentence
+    unpacked: Unpacked | None = None  # the lines taken apart into the texts plans are of
 
 
 def prepare(lines: Sequence[str], options: DocumentOptions) -> Prepared:
-    """Mask and split each line; a line that splits into one sentence stays whole."""
+    """Take each line apart (html: into its texts), mask and split each text; a text that
+    splits into one sentence stays whole."""
+    unpacked = unpack(lines, options.format)
     plans, sentences, want = [], [], []
-    for line in lines:
-        masked = mask(line, options.protection)
-        text = masked.text if masked is not None else line
+    for line, source in zip(unpacked.lines, unpacked.texts):
+        masked = mask(source, options.protection)
+        text = masked.text if masked is not None else source
         pieces = split_sentences(text, options.src_lang) if options.split and text.strip() \
             else []
         if len(pieces) <= 1:
             pieces = [Piece(text, "")]
-        plans.append(LinePlan(masked, tuple(pieces), len(sentences)))
+        plans.append(LinePlan(masked, tuple(pieces), len(sentences), line))
         sentences += [piece.text for piece in pieces]
-        want += [masked is not None or options.links] * len(pieces)
-    return Prepared(tuple(plans), tuple(sentences), tuple(want))
+        want += [masked is not None or options.links or unpacked.needs_links] * len(pieces)
+    return Prepared(tuple(plans), tuple(sentences), tuple(want), unpacked)
 
 
 def finish(prepared: Prepared, translated: Sequence[Translated], options: DocumentOptions
            ) -> list[Translated]:
-    """Join each line's sentences and restore its placeholders: one result per line."""
+    """Join each text's sentences, restore its placeholders, put each line back together
+    (html: its tags placed by the links): one result per input line."""
     if len(translated) != len(prepared.sentences):
         raise ValueError(f"{len(translated)} translations for {len(prepared.sentences)} "
                          "sentences")
@@ -107,6 +115,8 @@ def finish(prepared: Prepared, translated: Sequence[Translated], options: Docume
                                   no_space(options.tgt_lang))
             result = Translated(text, links, result.score)
         results.append(result)
+    if prepared.unpacked is not None and prepared.unpacked.format == "html":
+        return [Translated(line) for line in repack(prepared.unpacked, results)]
     return results
 
 
