@@ -20,6 +20,7 @@ from typing import Any
 
 from mtkit.config import DecodeConfig, Langs, replace_checked
 from mtkit.decode.align import UNITS, Links
+from mtkit.document.formats import check_format
 from mtkit.document.pipeline import DocumentOptions
 from mtkit.document.placeholders import protection
 from mtkit.errors import ConfigError
@@ -61,11 +62,12 @@ class DocumentFields:
     protect: bool | None = None
     rules: tuple[str, ...] = ()  # placeholder rules beyond the server's
     patterns: tuple[str, ...] = ()  # placeholder patterns beyond the server's
+    format: str = "text"  # html: each line (LibreTranslate: each text) an HTML fragment
 
     def options(self, settings: DecodeConfig) -> DocumentOptions:
         """The request's options over the server's settings (languages: not yet set)."""
         return DocumentOptions(
-            split=settings.split if self.split is None else self.split,
+            format=self.format, split=settings.split if self.split is None else self.split,
             protection=protection(settings.protect if self.protect is None else self.protect,
                                   (*settings.protect_rules, *self.rules),
                                   (*settings.protect_regex, *self.patterns)))
@@ -101,7 +103,7 @@ class NativeRequest:
 
 NATIVE_FIELDS = ("text", "beam", "lenpen", "nbest", "scores", "prefix", "sampling",
                  "temperature", "seed", "alignments", "alignment_unit", "split", "protect",
-                 "protect_rules", "protect_regex", "api_key")
+                 "protect_rules", "protect_regex", "format", "api_key")
 DECODE_FIELDS = ("beam", "lenpen", "nbest", "sampling", "temperature", "seed")
 DECODE_NAMES = {name: name for name in DECODE_FIELDS}  # errors name the request's fields
 
@@ -232,22 +234,34 @@ def libre_request(payload: Any, langs: Langs, limits: Limits,
     elif source not in ("auto", langs.src) or target != langs.tgt:
         raise RequestError(400, f"{source} -> {target} is not supported: this server "
                                 f"translates {langs.src} -> {langs.tgt}")
-    text_format = _string(body, "format", "text")
-    if text_format != "text":
-        raise RequestError(400, f"format {text_format}: only text is supported")
+    text_format = _format(body)
     alternatives = body.get("alternatives", 0)
     if isinstance(alternatives, bool) or not isinstance(alternatives, int):
         raise RequestError(422, f"alternatives: expected an integer, got {_kind(alternatives)}")
     if not 0 <= alternatives < limits.max_beam:
         raise RequestError(422, f"alternatives {alternatives}: expected between 0 and "
                                 f"{limits.max_beam - 1}")
+    if alternatives and text_format == "html":
+        raise RequestError(400, "alternatives: not with format html (each text's best "
+                                "translation goes into its markup)")
     per_text = [split_lines(text) for text in texts]
+    check_sizes([line for text_lines in per_text for line in text_lines], limits)
+    if text_format == "html":  # a text is one fragment; the limits still count its lines
+        per_text = [[text] for text in texts]
     lines = [line for text_lines in per_text for line in text_lines]
-    check_sizes(lines, limits)
     pair = (None if source == "auto" else source, target) if languages else (None, None)
     return LibreRequest(tuple(texts), single, alternatives, tuple(lines),
                         tuple(len(t) for t in per_text), pair,
-                        DocumentFields(split=not alternatives))
+                        DocumentFields(split=not alternatives, format=text_format))
+
+
+def _format(body: dict[str, Any]) -> str:
+    """`format`: text or html (absent: text); anything else, 400 (as LibreTranslate)."""
+    text_format = _string(body, "format", "text")
+    try:
+        return check_format(text_format, "format")
+    except ConfigError as exc:
+        raise RequestError(400, str(exc)) from None
 
 
 def libre_settings(base: DecodeConfig, request: LibreRequest, limits: Limits) -> DecodeConfig:
@@ -288,10 +302,12 @@ def native_request(payload: Any, limits: Limits) -> NativeRequest:
     if "text" not in body:
         raise RequestError(422, "text: required (a list of strings, one line each)")
     lines = _strings(body["text"], "text")
+    html = _format(body) == "html"  # an HTML fragment may span lines
     for index, line in enumerate(lines):
-        if "\n" in line:
+        if "\n" in line and not html:
             raise RequestError(422, f"text[{index}]: holds a line break; send one line per item")
-    check_sizes(lines, limits)
+    check_sizes([part for line in lines for part in split_lines(line)] if html else lines,
+                limits)
     scores = body.get("scores", False)
     if not isinstance(scores, bool):
         raise RequestError(422, f"scores: expected true or false, got {_kind(scores)}")
@@ -313,7 +329,8 @@ def _document(body: dict[str, Any]) -> DocumentFields:
         protection(True, rules, patterns, names=("protect_rules", "protect_regex"))
     except ConfigError as exc:
         raise RequestError(422, str(exc)) from None
-    return DocumentFields(body.get("split"), body.get("protect"), rules, patterns)
+    return DocumentFields(body.get("split"), body.get("protect"), rules, patterns,
+                          _format(body))
 
 
 def documents_apply(request: NativeRequest, settings: DecodeConfig,
@@ -322,13 +339,17 @@ def documents_apply(request: NativeRequest, settings: DecodeConfig,
     over the server's): its best translation of lines without prefixes, aligned in words
     if at all; `split` with anything else: 422 (protection alone is left out then: the
     lines go as they are)."""
-    if options.split:
+    if options.split or options.format == "html":
+        what, why = (("format html", "each text's best translation goes into its markup")
+                     if options.format == "html" else
+                     ("split", "a line's sentences are translated one by one"))
         for conflict, name in ((settings.nbest > 1, "nbest > 1"), (request.scores, "scores"),
                                (request.prefixes is not None, "prefix"),
-                               (request.alignments == "subword", "alignment_unit subword")):
+                               (request.alignments == "subword", "alignment_unit subword"),
+                               (options.format == "html" and request.alignments is not None,
+                                "alignments")):
             if conflict:
-                raise RequestError(422, f"split: not with {name} (a line's sentences are "
-                                        "translated one by one)")
+                raise RequestError(422, f"{what}: not with {name} ({why})")
     return options.active and settings.nbest == 1 and request.prefixes is None \
         and request.alignments != "subword"
 

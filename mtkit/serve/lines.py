@@ -63,7 +63,7 @@ def document_lines(prepared: Prepared, alignments: str | None,
     """The sentences of prepared lines, each numbered by its line (so a line of one
     sentence is the line it would be without splitting), aligned in words where the
     request or restoring its placeholders needs links."""
-    numbers = [k for k, plan in enumerate(prepared.plans) for _ in plan.pieces]
+    numbers = [plan.line for plan in prepared.plans for _ in plan.pieces]
     return [SourceLine(text, "", number, "word" if want or alignments else None, pair)
             for text, want, number in zip(prepared.sentences, prepared.want_links, numbers)]
 
@@ -71,16 +71,17 @@ def document_lines(prepared: Prepared, alignments: str | None,
 def document_results(prepared: Prepared, results: list[Translation],
                      options: DocumentOptions, alignments: str | None) -> list[Translation]:
     """One Translation per line from its sentences' (a line of several sentences has
-    score 0: requests for scores do not split)."""
+    score 0: requests for scores do not split; an HTML line has several texts)."""
     translated = [Translated(r.texts[0], r.links[0] if r.links else (), r.scores[0])
                   for r in results]
     done = finish(prepared, translated, options)
-    out = []
-    for plan, line in zip(prepared.plans, done, strict=True):
-        tokens = sum(r.tokens for r in results[plan.first : plan.first + len(plan.pieces)])
-        out.append(Translation((line.text,), (line.score or 0.0,), tokens,
-                               (line.links,) if alignments else None))
-    return out
+    tokens = [0] * len(done)
+    for plan in prepared.plans:
+        tokens[plan.line] += sum(r.tokens for r in
+                                 results[plan.first : plan.first + len(plan.pieces)])
+    return [Translation((line.text,), (line.score or 0.0,), count,
+                        (line.links,) if alignments else None)
+            for line, count in zip(done, tokens, strict=True)]
 
 
 def line_links(translator: Translator, lines: list[SourceLine],

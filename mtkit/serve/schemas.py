@@ -15,7 +15,9 @@ LIBRE_SCHEMA = {
               "description": "Text (lines separated by \\n), or a list of texts."},
         "source": {"type": "string", "description": "The model's source language, or auto."},
         "target": {"type": "string", "description": "The model's target language."},
-        "format": {"type": "string", "enum": ["text"], "default": "text"},
+        "format": {"type": "string", "enum": ["text", "html"], "default": "text",
+                   "description": "html: each text is an HTML fragment (or page): its "
+                   "text translated, its tags kept."},
         "alternatives": {"type": "integer", "minimum": 0, "default": 0,
                          "description": "Further translations per text (from the n-best)."},
         "api_key": {"type": "string"},
@@ -26,7 +28,9 @@ LIBRE_SCHEMA = {
 NATIVE_SCHEMA = {
     "type": "object", "required": ["text"],
     "properties": {
-        "text": {"type": "array", "items": {"type": "string"}, "description": "One line each."},
+        "text": {"type": "array", "items": {"type": "string"}, "description": "One line each "
+                 "(format html: one HTML fragment each)."},
+        "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
         "beam": {"type": "integer", "minimum": 1},
         "lenpen": {"type": "number", "minimum": 0},
         "nbest": {"type": "integer", "minimum": 1, "description": "At most beam."},

@@ -271,6 +271,33 @@ def test_split_and_placeholders_answer_as_translate(server, model, tmp_path):
                                                       *SPLIT)}
 
 
+HTML_LINES = ['<p>Y dijo Dios: <b>Sea la luz</b>.</p><p>Y fué <a href="#">la luz</a>.</p>',
+              "<ul><li>En el <i>principio</i><li>creó Dios</ul><!-- c -->", "", "<p>a < b",
+              '<p>Sea <code>x &lt; y</code> la <span translate="no">luz</span>.</p>']
+HTML_PAGE = ("<!DOCTYPE html>\n<html><head><title>Génesis</title></head>\n<body>\n"
+             + "\n".join(HTML_LINES) + "\n<pre>\n  kept\n</pre>\n</body></html>\n")
+
+
+def test_html_answers_as_translate(server, model, tmp_path):
+    """format html: LibreTranslate's texts (each one fragment, lines and all) and the
+    native API's lines answer as `translate --format html` (--whole-file for a page)."""
+    reference = translate_cli(model, tmp_path, HTML_LINES, "--format", "html")
+    status, answer = server.post("/v1/translate", {"text": HTML_LINES, "format": "html"})
+    assert status == 200, answer
+    assert [line["text"] for line in answer["translations"]] == reference
+    assert reference[0].startswith("<p>") and "<b>" in reference[0] and reference[2] == ""
+    (tmp_path / "page.html").write_text(HTML_PAGE, encoding="utf-8")
+    whole = run_mtkit(["translate", "-m", model, "--quiet", "--format", "html",
+                       "--whole-file", "--input", "page.html", *SPLIT], cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    split = translate_cli(model, tmp_path, HTML_LINES, "--format", "html", *SPLIT)
+    status, answer = server.post("/translate", libre([*HTML_LINES, HTML_PAGE],
+                                                     format="html"))
+    assert (status, answer) == (200, {"translatedText": [*split, whole.stdout]})
+    status, answer = server.post("/translate", libre(HTML_LINES[0], format="html"))
+    assert answer == {"translatedText": split[0]}
+
+
 def test_alternatives_are_the_nbest_of_translate(server, expected):
     status, answer = server.post("/translate", libre(LINES[:24], alternatives=2))
     assert status == 200, answer
@@ -538,8 +565,11 @@ def assert_error(status: int, headers: dict, body: bytes, expected_status: int,
     ("/translate", b'{"q": 42, "source": "es", "target": "en"}', 422, "q: expected"),
     ("/translate", b'{"q": "a", "source": "es"}', 422, "target: required"),
     ("/translate", b'{"q": "a", "source": "de", "target": "en"}', 400, "not supported"),
-    ("/translate", b'{"q": "a", "source": "es", "target": "en", "format": "html"}', 400,
-     "only text"),
+    ("/translate", b'{"q": "a", "source": "es", "target": "en", "format": "xml"}', 400,
+     "format xml: expected text or html"),
+    ("/v1/translate", b'{"text": ["a"], "format": "htm"}', 400, "did you mean html?"),
+    ("/v1/translate", b'{"text": ["a"], "format": "html", "scores": true}', 422,
+     "format html: not with scores"),
     ("/v1/translate", b'{"text": "a"}', 422, "text: expected a list of strings"),
     ("/v1/translate", b'{"text": ["a"], "protect_regex": ["(x"]}', 422,
      "protect_regex '(x': not a valid regular expression"),
@@ -732,7 +762,7 @@ def browser(tmp_path):
     driver.quit()
 
 
-def test_the_page_translates_in_a_browser(server, browser, expected):
+def test_the_page_translates_in_a_browser(server, browser, expected, model, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -745,3 +775,11 @@ def test_the_page_translates_in_a_browser(server, browser, expected):
     shown = browser.find_element(By.ID, "output").get_property("textContent")
     assert shown == expected["split"][2]
     assert "error" not in browser.find_element(By.ID, "output").get_attribute("class")
+    # ticked, the box sends HTML: the answer shows as source, tags kept
+    browser.find_element(By.ID, "source").clear()
+    browser.find_element(By.ID, "source").send_keys(HTML_LINES[0])
+    browser.find_element(By.ID, "html").click()
+    browser.find_element(By.ID, "translate").click()
+    reference = translate_cli(model, tmp_path, HTML_LINES[:1], "--format", "html", *SPLIT)
+    wait.until(lambda b: b.find_element(By.ID, "output").get_property("textContent")
+               == reference[0])

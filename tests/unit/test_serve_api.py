@@ -77,8 +77,13 @@ def test_json_bodies():
     ({"q": "a", "source": "fr", "target": "en"}, 400, "fr -> en is not supported: this "
                                                       "server translates es -> en"),
     ({"q": "a", "source": "es", "target": "de"}, 400, "es -> de is not supported"),
-    ({"q": "a", "source": "es", "target": "en", "format": "html"}, 400,
-     "format html: only text is supported"),
+    ({"q": "a", "source": "es", "target": "en", "format": "xml"}, 400,
+     "format xml: expected text or html"),
+    ({"q": "a", "source": "es", "target": "en", "format": "htm"}, 400, "did you mean html?"),
+    ({"q": "a", "source": "es", "target": "en", "format": "html", "alternatives": 1}, 400,
+     "alternatives: not with format html"),
+    ({"q": "<p>a</p>\n<p>b</p>\n<p>c</p>\n<p>d</p>\n<p>e</p>", "source": "es",
+      "target": "en", "format": "html"}, 413, "5 lines"),  # a page's lines count
     ({"q": "a", "source": "es", "target": "en", "alternatives": "2"}, 422,
      "alternatives: expected an integer, got a string"),
     ({"q": "a", "source": "es", "target": "en", "alternatives": True}, 422,
@@ -127,6 +132,9 @@ def test_bad_libretranslate_bodies(payload, status, needle):
      "protect_regex '(x': not a valid regular expression"),
     ({"text": ["a"], "protect_regex": [""]}, 422, "matches empty text"),
     ({"text": ["a"], "splt": True}, 422, "did you mean 'split'?"),
+    ({"text": ["a"], "format": "xml"}, 400, "format xml: expected text or html"),
+    ({"text": ["a"], "format": 1}, 422, "format: expected a string"),
+    ({"text": ["<p>a</p>\n" * 5], "format": "html"}, 413, "6 lines"),
 ])
 def test_bad_native_bodies(payload, status, needle):
     found = error(native_request, payload, LIMITS)
@@ -214,6 +222,24 @@ def test_a_request_may_split_and_choose_its_placeholders():
         alone = native_request({"text": ["a"], **fields}, LIMITS)  # placeholders: kept
         assert applies(alone) == (name == "scores")  # (a line's score: its masked line's)
     assert libre(q="a").document.split and not libre(q="a", alternatives=1).document.split
+
+
+def test_html_requests_keep_each_text_whole_and_go_through_the_documents():
+    request = libre(q=["<p>uno</p>\n<p>dos</p>", "tres"], format="html")
+    assert request.lines == ("<p>uno</p>\n<p>dos</p>", "tres")  # one fragment per text
+    assert request.line_counts == (1, 1) and request.document.format == "html"
+    assert libre_answer(request, [line("<p>one</p>\n<p>two</p>"), line("three")]) == {
+        "translatedText": ["<p>one</p>\n<p>two</p>", "three"]}
+    native = native_request({"text": ["<p>a</p>\n<p>b</p>"], "format": "html"}, LIMITS)
+    settings = native_settings(BASE, native, LIMITS)
+    options = native.document.options(settings)
+    assert options.format == "html" and documents_apply(native, settings, options)
+    for fields, name in (({"nbest": 2}, "nbest > 1"), ({"scores": True}, "scores"),
+                         ({"prefix": ["x"]}, "prefix"), ({"alignments": True}, "alignments")):
+        request = native_request({"text": ["a"], "format": "html", **fields}, LIMITS)
+        settings = native_settings(BASE, request, LIMITS)
+        found = error(documents_apply, request, settings, request.document.options(settings))
+        assert found.status == 422 and f"format html: not with {name}" in found.message
 
 
 def test_decode_settings_a_request_may_change():
