@@ -268,3 +268,21 @@ def test_an_unknown_format_is_a_one_line_error() -> None:
     with pytest.raises(ConfigError, match=r"^--format htm: expected text or html \(did you "
                                           r"mean html\?\)$"):
         check_format("htm")
+
+
+def test_the_order_of_work_takes_html_apart_first_and_puts_it_back_last() -> None:
+    """pipeline.prepare: one plan per text (numbered by its line), links wanted for every
+    sentence; finish: one HTML line per input line, placeholders restored inside it."""
+    from mtkit.document.pipeline import DocumentOptions, Translated, finish, prepare
+
+    options = DocumentOptions(format="html")
+    lines = ["<p>Abre <b>%s archivos</b></p><p>Adiós</p>", "<br>", "<i>hola</i>"]
+    prepared = prepare(lines, options)
+    assert [plan.line for plan in prepared.plans] == [0, 0, 2]
+    assert prepared.sentences == ("Abre  archivos", "Adiós", "hola")  # %s masked
+    assert all(prepared.want_links)
+    done = finish(prepared, [Translated("Open files", ((0, 0), (1, 1))),
+                             Translated("Bye", ((0, 0),)), Translated("hello", ((0, 0),))],
+                  options)
+    assert [d.text for d in done] == ["<p>Open <b>%s files</b></p><p>Bye</p>", "<br>",
+                                      "<i>hello</i>"]
