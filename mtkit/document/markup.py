@@ -38,6 +38,7 @@ empty (`<b></b>`) beside their neighbours.
 
 from __future__ import annotations
 
+import bisect
 import re
 import unicodedata
 from collections import Counter
@@ -206,13 +207,15 @@ class _RunBuilder:
 
 def _pieces(marks: list[tuple[int, str, int]], words: list[tuple[int, int]],
             chars: str) -> list[Piece]:
+    starts, ends = [a for a, _ in words], [b for _, b in words]
     pieces = []
     for k, (offset, raw, parent) in enumerate(marks):
-        inside = next((w for w, (a, b) in enumerate(words) if a < offset < b), None)
-        before = [w for w, (_, b) in enumerate(words) if b <= offset]
-        after = [w for w, (a, _) in enumerate(words) if a >= offset]
-        has_prev = bool(before) or k > 0
-        has_next = bool(after) or k + 1 < len(marks)
+        before = bisect.bisect_right(ends, offset) - 1  # the last word ending by offset
+        after = bisect.bisect_left(starts, offset)  # the first word starting at or after it
+        inside = after - 1 if after > 0 and starts[after - 1] < offset < ends[after - 1] \
+            else None
+        has_prev = before >= 0 or k > 0
+        has_next = after < len(words) or k + 1 < len(marks)
         same_prev = k > 0 and marks[k - 1][0] == offset
         same_next = k + 1 < len(marks) and marks[k + 1][0] == offset
         space_before = (inside is None and has_prev and not same_prev and offset > 0
@@ -221,13 +224,13 @@ def _pieces(marks: list[tuple[int, str, int]], words: list[tuple[int, int]],
                        and chars[offset].isspace())
         if inside is not None:
             word, tied_after = inside, True
-        elif before and words[before[-1]][1] == offset and not (
-                after and words[after[0]][0] == offset):
-            word, tied_after = before[-1], True
-        elif after:
-            word, tied_after = after[0], False
+        elif before >= 0 and ends[before] == offset and not (
+                after < len(words) and starts[after] == offset):
+            word, tied_after = before, True
+        elif after < len(words):
+            word, tied_after = after, False
         else:
-            word, tied_after = before[-1], True
+            word, tied_after = before, True
         pieces.append(Piece(raw, parent, offset, word, tied_after, space_before, space_after))
     return pieces
 

@@ -17,14 +17,20 @@ the same tags in the same nesting.
    over contiguous, ordered, non-overlapping spans keeps the most output words with the
    element they belong to, and gives each child at least as many words as it has leaf
    elements, so that every element ends up with at least one word whenever the
-   translation has enough words for that at all.
+   translation has enough words for that at all. (A span with very many children and
+   words is divided by a one-pass sweep instead, with the same guarantees but not the
+   best score.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 
 Interval = tuple[int, int]
+# children x words of one span above which `sweep` divides it instead of `divide` (the
+# programme's steps grow as their product: a page-long paragraph of many tags)
+DP_BUDGET = 100_000
 
 
 def ancestry(parents: Sequence[int], element: int) -> list[int]:
@@ -77,43 +83,39 @@ def fill_unlinked(parents: Sequence[int], owners: list[int | None]) -> list[int]
     return filled  # type: ignore[return-value]
 
 
-def within(parents: Sequence[int], element: int, ancestor: int) -> bool:
-    return ancestor == -1 or ancestor in ancestry(parents, element)
-
-
-def nearest_targets(by_source: list[list[int]], first: int, last: int) -> list[int]:
+def nearest_targets(by_source: list[list[int]], first: int, last: int) -> Iterator[int]:
     """Output words by how near their source word is to the words first..last: those of
     the words themselves, then of the nearest word on either side (left first), each
     side giving the output word nearest to where the element would sit."""
-    order = list(range(first, last + 1))
+    for w in range(first, last + 1):
+        yield from by_source[w][:1]
     for step in range(1, len(by_source)):
-        order += [w for w in (first - step, last + step) if 0 <= w < len(by_source)]
-    targets = []
-    for w in order:
-        js = by_source[w]
-        if js:
-            targets.append(js[-1] if w < first else js[0])
-    return targets
+        for w in (first - step, last + step):
+            if 0 <= w < len(by_source) and by_source[w]:
+                yield by_source[w][-1] if w < first else by_source[w][0]
 
 
 def give_lonely(parents: Sequence[int], ranges: Sequence[Interval],
                 by_source: list[list[int]], owners: list[int]) -> None:
-    """Step 2, in place: innermost elements first."""
+    """Step 2, in place: innermost elements first. held[e]: the output words e holds."""
+    held = [0] * len(parents)
+    for owner in owners:
+        for e in ancestry(parents, owner):
+            held[e] += 1
     for element in reversed(range(len(parents))):
-        if any(within(parents, o, element) for o in owners):
+        if held[element]:
             continue
+        keep = set(ancestry(parents, element))
         for j in nearest_targets(by_source, *ranges[element]):
-            if _can_take(parents, owners, j, element):
+            # not the last word of an element that does not enclose this one
+            losing = [e for e in ancestry(parents, owners[j]) if e not in keep]
+            if all(held[e] > 1 for e in losing):
+                for e in losing:
+                    held[e] -= 1
+                for e in keep - set(ancestry(parents, owners[j])):
+                    held[e] += 1
                 owners[j] = element
                 break
-
-
-def _can_take(parents: Sequence[int], owners: list[int], j: int, element: int) -> bool:
-    """Whether output word j can move to `element` without leaving an element it
-    belonged to (not enclosing `element` too) with no word."""
-    keep = set(ancestry(parents, element))
-    losing = [e for e in ancestry(parents, owners[j]) if e not in keep]
-    return all(sum(within(parents, o, e) for o in owners) > 1 for e in losing)
 
 
 def place(parents: Sequence[int], word_owner: Sequence[int], ranges: Sequence[Interval],
@@ -136,22 +138,25 @@ def place(parents: Sequence[int], word_owner: Sequence[int], ranges: Sequence[In
         kids = children[element]
         if not kids:
             continue
-        share = [_share(parents, owners, lo, hi, kid) for kid in kids]
+        mine = [m_of(parents, owners[j], element, kids) for j in range(lo, hi)]
+        share: list[list[int]] = [[] for _ in kids]  # each child's output words
+        for j, m in enumerate(mine):
+            if m >= 0:
+                share[m].append(lo + j)
         needs = _needs([leaves[k] for k in kids], [len(s) for s in share], hi - lo)
         keys = [_key(s, ranges[k], len(word_owner), n_out) for s, k in zip(share, kids)]
         order = sorted(range(len(kids)), key=lambda m: (keys[m], m))
-        mine = [m_of(parents, owners[j], element, kids) for j in range(lo, hi)]
-        cuts = divide(mine_to_rank(mine, order), [needs[m] for m in order],
-                      [keys[m] - lo for m in order], hi - lo)
+        if len(kids) * (hi - lo) <= DP_BUDGET:
+            cuts = divide(mine_to_rank(mine, order), [needs[m] for m in order],
+                          [keys[m] - lo for m in order], hi - lo)
+        else:
+            cuts = sweep([[j - lo for j in share[m]] for m in order],
+                         [needs[m] for m in order], [keys[m] - lo for m in order], hi - lo)
         for rank, (start, end) in enumerate(cuts):
             kid = kids[order[rank]]
             spans[kid] = (lo + start, lo + end)
             pending.append((kid, lo + start, lo + end))
     return spans
-
-
-def _share(parents: Sequence[int], owners: list[int], lo: int, hi: int, kid: int) -> list[int]:
-    return [j for j in range(lo, hi) if within(parents, owners[j], kid)]
 
 
 def _needs(leaves: list[int], owned: list[int], room: int) -> list[int]:
@@ -188,6 +193,23 @@ def mine_to_rank(mine: list[int], order: list[int]) -> list[int]:
     return [rank.get(m, m) for m in mine]
 
 
+def sweep(owned: list[list[int]], needs: list[int], keys: list[float], length: int
+          ) -> list[Interval]:
+    """Step 3 where the programme would be slow (DP_BUDGET): in one pass, each child (in
+    key order) from its first output word to its last, or `need` words at its key when
+    it has none, moved to follow the child before and to leave room for those after."""
+    cuts: list[Interval] = []
+    cursor, room_after = 0, sum(needs)
+    for mine, need, key in zip(owned, needs, keys):
+        room_after -= need
+        wanted = (mine[0], mine[-1] + 1) if mine else (round(key), round(key) + need)
+        start = min(max(wanted[0], cursor), length - room_after - need)
+        end = min(max(wanted[1], start + need), length - room_after)
+        cuts.append((start, end))
+        cursor = end
+    return cuts
+
+
 def divide(mine: list[int], needs: list[int], keys: list[float], length: int
            ) -> list[Interval]:
     """The dynamic programme of step 3 over one span of `length` words. mine[p]: the child
@@ -203,44 +225,42 @@ def divide(mine: list[int], needs: list[int], keys: list[float], length: int
     k, weight = len(needs), 4 * (length + 1)
     owns = [r in set(mine) for r in range(k)]
     full = [max(need, 1) for need in needs]
-    none: State = (float("-inf"), None)
-    between: list[State] = [(0.0, None)] + [none] * k
-    inside: list[list[State]] = [[none] * (f + 1) for f in full]
+    # between[r] and inside[r][c] as parallel lists of scores and histories
+    between, between_h = [0.0] + [-math.inf] * k, [None] * (k + 1)
+    inside = [[-math.inf] * (f + 1) for f in full]
+    inside_h: list[list[tuple | None]] = [[None] * (f + 1) for f in full]
     for p in range(length + 1):
         for r in range(k):  # the moves that take no word: end child r, or leave it empty
-            if inside[r][full[r]][0] > between[r + 1][0]:
-                between[r + 1] = (inside[r][full[r]][0], (r, p, inside[r][full[r]][1]))
-            if needs[r] == 0 and between[r][0] - abs(p - keys[r]) > between[r + 1][0]:
-                history = (r, p, (r, p, between[r][1]))
-                between[r + 1] = (between[r][0] - abs(p - keys[r]), history)
+            if inside[r][full[r]] > between[r + 1]:
+                between[r + 1] = inside[r][full[r]]
+                between_h[r + 1] = (r, p, inside_h[r][full[r]])
+            if needs[r] == 0 and between[r] - abs(p - keys[r]) > between[r + 1]:
+                between[r + 1] = between[r] - abs(p - keys[r])
+                between_h[r + 1] = (r, p, (r, p, between_h[r]))
         if p == length:
             break
-        between, inside = _take(mine[p], p, between, inside, owns, full, keys, weight)
-    return _trace(between[k][1], k)
+        m = mine[p]
+        for r in range(k):  # word p: going on in child r, or starting it
+            gain = weight if m == r else (-1 if owns[r] else 0)
+            _go_on(inside[r], inside_h[r], gain)
+            start = between[r] + gain - (0 if owns[r] else abs(p - keys[r]))
+            if start >= inside[r][1]:  # (a tie: the later start, the shorter interval)
+                inside[r][1], inside_h[r][1] = start, (r, p, between_h[r])
+        if m == -1:
+            between = [score + weight for score in between]
+    return _trace(between_h[k], k)
 
 
-State = tuple[float, "tuple | None"]  # (score, history: (child, position, earlier) events)
-
-
-def _take(m: int, p: int, between: list[State], inside: list[list[State]], owns: list[bool],
-          full: list[int], keys: list[float], weight: int
-          ) -> tuple[list[State], list[list[State]]]:
-    """The states after word p (belonging to m): in a gap, or starting or going on in a
-    child."""
-    none: State = (float("-inf"), None)
-    after_between = [(score + (weight if m == -1 else 0), history)
-                     for score, history in between]
-    after_inside = [[none] * (f + 1) for f in full]
-    for r, row in enumerate(inside):
-        gain = weight if m == r else (-1 if owns[r] else 0)
-        score, history = between[r]
-        start = score + gain - (0 if owns[r] else abs(p - keys[r]))
-        if start > after_inside[r][1][0]:
-            after_inside[r][1] = (start, (r, p, history))
-        for c in range(1, full[r] + 1):
-            if row[c][0] + gain > after_inside[r][min(c + 1, full[r])][0]:
-                after_inside[r][min(c + 1, full[r])] = (row[c][0] + gain, row[c][1])
-    return after_between, after_inside
+def _go_on(row: list[float], history: list, gain: float) -> None:
+    """In place: one more word in a child, c words in -> c + 1 (capped at the last)."""
+    last = len(row) - 1
+    if last > 1 and row[last - 1] >= row[last]:
+        row[last], history[last] = row[last - 1], history[last - 1]
+    row[last] += gain
+    for c in range(last - 1, 1, -1):
+        row[c], history[c] = row[c - 1] + gain, history[c - 1]
+    if last > 1:
+        row[1], history[1] = -math.inf, None
 
 
 def _trace(history: tuple | None, k: int) -> list[Interval]:

@@ -3,6 +3,7 @@ translation once `spans.place` has given each inline element its output words.""
 
 from __future__ import annotations
 
+import bisect
 import unicodedata
 from dataclasses import dataclass
 
@@ -77,11 +78,13 @@ def write_run(run: Run, words: list[tuple[str, str]], spans: list[Interval],
     word_paths = [path(run.parents, e) for e in innermost]
     gaps: list[list[Token]] = [[] for _ in range(n + 1)]
     empty = [start == end for start, end in spans]
+    allowed: dict[int, list[int]] = {}  # by parent: the gaps a piece may take
     for piece in run.pieces:
         if piece.parent >= 0 and empty[piece.parent]:
             continue  # written inside its empty element
-        gap = _nearest_gap(run, spans, n, piece.parent,
-                           _wanted_gap(piece, by_source, n))
+        if piece.parent not in allowed:
+            allowed[piece.parent] = _allowed_gaps(run, spans, n, piece.parent)
+        gap = _nearest_gap(allowed[piece.parent], _wanted_gap(piece, by_source, n))
         gaps[gap].append(Token(piece.raw, path(run.parents, piece.parent), piece.offset,
                                piece.space_before, piece.space_after))
     for e, (start, _) in enumerate(spans):
@@ -111,13 +114,22 @@ def _wanted_gap(piece: Piece, by_source: list[list[int]], n_out: int) -> int:
     return round((piece.word + piece.after) * n_out / max(n_src, 1))
 
 
-def _nearest_gap(run: Run, spans: list[Interval], n_out: int, parent: int,
-                 wanted: int) -> int:
-    """The gap nearest `wanted` inside the parent's span and outside its children's."""
+def _nearest_gap(allowed: list[int], wanted: int) -> int:
+    """The gap of `allowed` (ascending) nearest `wanted`, the lower one on a tie."""
+    at = bisect.bisect_left(allowed, wanted)
+    near = allowed[max(at - 1, 0):at + 1]
+    return min(near, key=lambda g: (abs(g - wanted), g))
+
+
+def _allowed_gaps(run: Run, spans: list[Interval], n_out: int, parent: int) -> list[int]:
+    """The gaps inside the parent's span (-1: the run) and outside its children's."""
     low, high = spans[parent] if parent >= 0 else (0, n_out)
-    children = [spans[e] for e, p in enumerate(run.parents) if p == parent]
-    allowed = [g for g in range(low, high + 1) if not any(s < g < t for s, t in children)]
-    return min(allowed, key=lambda g: (abs(g - wanted), g))
+    blocked = bytearray(high - low + 1)
+    for e, p in enumerate(run.parents):
+        if p == parent and spans[e][1] - spans[e][0] > 1:
+            start, end = spans[e]
+            blocked[start + 1 - low:end - low] = b"\x01" * (end - start - 1)
+    return [low + k for k, no in enumerate(blocked) if not no]
 
 
 def _written_empty(run: Run, element: int) -> str:

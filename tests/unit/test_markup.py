@@ -185,6 +185,23 @@ def test_deep_nesting_and_long_texts_do_not_fail() -> None:
     assert round_trip(long) == long
 
 
+def test_a_span_too_large_for_the_programme_is_swept_with_the_same_guarantees() -> None:
+    """A paragraph of 1200 words and 400 sibling elements (past spans.DP_BUDGET), its
+    words shuffled: every element still holds words, once, in its place."""
+    html = "<p>" + " ".join(f'<b data-k="{k}">w{k}</b> x{k} <img src="{k}.png"> y{k}'
+                            for k in range(400)) + "</p>"
+    fragment = parse_fragment(html)
+    words = fragment.texts[0].split()
+    order = list(range(len(words)))
+    random.Random(0).shuffle(order)
+    output = render(fragment, [" ".join(words[i] for i in order)],
+                    [[(i, j) for j, i in enumerate(order)]])
+    source, target = Strict().read(html), Strict().read(output)
+    assert target.elements == source.elements and all(target.text[k] for k in target.elements)
+    assert parse_fragment(output).texts == (" ".join(words[i] for i in order),)
+    assert output.count("<img") == 400
+
+
 def test_blocks_and_br_separate_texts_inline_elements_do_not() -> None:
     fragment = parse_fragment("<h1>Génesis</h1><p>En el <b>principio</b><br>creó Dios</p>"
                               "<ul><li>los cielos</li><li>y la <a href='#'>tierra</a>.</li></ul>")
