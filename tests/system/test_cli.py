@@ -174,7 +174,8 @@ def test_dry_run_prints_the_resolved_recipe(tmp_path, mtkit_cli):
         for key, value in values.items():
             assert printed[section][key] == value, f"{section}.{key}"
     # one corpus reads as a list of one, with the defaults filled in
-    assert printed["data"]["train"] == [{**raw["data"]["train"], "weight": 1.0, "tag": None}]
+    assert printed["data"]["train"] == [{**raw["data"]["train"], "weight": 1.0, "tag": None,
+                                       "alignments": None}]
     assert printed["model"]["activation"] == "relu"  # defaults are filled in
     assert not (tmp_path / "runs").exists(), "--dry-run must not create the run directory"
 
