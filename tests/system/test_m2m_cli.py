@@ -94,10 +94,12 @@ def test_fine_tune_then_export(imported, mtkit_cli):
 
 
 def test_serve_chooses_the_languages_per_request(imported, mtkit_cli):
+    """LibreTranslate's route, which splits sentences as LibreTranslate does, answers as
+    `translate --split` with the request's languages."""
     expected = {}
     for target in ("fra_Latn", "eng_Latn"):
-        done = mtkit_cli(["translate", "-m", "imported.pt", "-i", "dev.es", "--tgt-lang", target],
-                         cwd=imported)
+        done = mtkit_cli(["translate", "-m", "imported.pt", "-i", "dev.es", "--tgt-lang", target,
+                          "--split"], cwd=imported)
         expected[target] = done.stdout.splitlines()
     server = start_server(imported, imported / "imported.pt")
     try:
