@@ -22,6 +22,7 @@ from mtkit.config.sampling import decode_stamp
 from mtkit.data.binarize import binarize
 from mtkit.data.corpora import training_fingerprints, training_splits
 from mtkit.data.manifest import Manifest, load_manifest
+from mtkit.data.recipe_splits import binarize_staleness, recipe_splits, train_max_len
 from mtkit.data.run_tokenizer import (
     given_tokenizer,
     load_recipe_tokenizer,
@@ -252,25 +253,13 @@ def _tokenizer_stamp(recipe: Recipe) -> dict[str, Any]:
 # --------------------------------------------------------------------------- binarize
 
 
-def _splits(recipe: Recipe) -> dict[str, tuple[Path, Path]]:
-    splits = {name: (c.src, c.tgt) for name, c in training_splits(recipe)}
-    if recipe.data.valid is not None:
-        splits["valid"] = (recipe.data.valid.src, recipe.data.valid.tgt)
-    return splits
-
-
-def _train_max_len(recipe: Recipe) -> int:
-    """Longest training side kept: the recipe's filter, within what the model can hold."""
-    return min(recipe.data.max_len, recipe.model.max_positions - 1)
-
-
 def binarize_recipe(recipe: Recipe, paths: RunPaths, tokenizer: Tokenizer,
                     workers: int = 0) -> Manifest:
     """Binarise the recipe's train/valid splits with its (already trained) tokenizer."""
     corpora = training_splits(recipe)
     tags = {name: c.tag for name, c in corpora if c.tag is not None}
     links = {name: c.alignments for name, c in corpora if c.alignments is not None}
-    return binarize(tokenizer, _splits(recipe), paths.data, workers, _train_max_len(recipe),
+    return binarize(tokenizer, recipe_splits(recipe), paths.data, workers, train_max_len(recipe),
                     recipe.data.max_ratio, tuple(name for name, _ in corpora), tags, links)
 
 
@@ -283,38 +272,13 @@ def binarize_stage(run: PipelineRun) -> None:
 
 def _binarize(run: PipelineRun) -> None:
     manifest = load_manifest(run.paths.data)
-    why = _binarize_staleness(run.recipe, run.tokenizer, manifest)
+    why = binarize_staleness(run.recipe, run.tokenizer, manifest)
     if not why:
         _skip("binarize", "tokenizer, data files and filters unchanged")
         run.manifest = manifest
         return
     _run("binarize", why)
     run.manifest = binarize_recipe(run.recipe, run.paths, run.tokenizer)
-
-
-def _binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: Manifest | None) -> str:
-    if manifest is None:
-        return "no binarised data yet"
-    if manifest.tokenizer != tokenizer.fingerprint():
-        return "the tokenizer changed"
-    if (manifest.max_len, manifest.max_ratio) != (_train_max_len(recipe), recipe.data.max_ratio):
-        return "data.max_len, data.max_ratio or model.max_positions changed"
-    splits = _splits(recipe)
-    if set(manifest.splits) != set(splits):
-        return "the recipe's splits changed"
-    for name, (src, tgt) in splits.items():
-        for stored, path in ((manifest.splits[name].src, src), (manifest.splits[name].tgt, tgt)):
-            if stored.fingerprint != file_fingerprint(path):
-                return f"{path} changed"
-    for name, corpus in training_splits(recipe):
-        split = manifest.splits[name]
-        if split.tag != corpus.tag:
-            return f"the tag of {corpus.src} changed"
-        stored = None if split.links is None else split.links.fingerprint
-        given = None if corpus.alignments is None else file_fingerprint(corpus.alignments)
-        if stored != given:
-            return f"the alignments of {corpus.src} changed"
-    return ""
 
 
 # --------------------------------------------------------------------------- train

@@ -102,6 +102,10 @@ FormatOpt = typer.Option(
 WholeFileOpt = typer.Option(
     False, "--whole-file", help="With --format html: the whole input is one document "
     "(a page over many lines), written back whole.")
+InputOpt = typer.Option(None, "-i", "--input", metavar="FILE", show_default="stdin",
+                        help="Read this file.")
+OutputOpt = typer.Option(None, "-o", "--output", metavar="FILE", show_default="stdout",
+                         help="Write this file.")
 SrcLangOpt = typer.Option(
     None, "--src-lang", metavar="CODE", show_default="the model's",
     help="A multilingual model's (M2M100, NLLB) source language, e.g. es or spa_Latn.",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 
@@ -18,6 +19,7 @@ from mtkit.cli.options import (
     DeviceOpt,
     EngineOpt,
     FormatOpt,
+    InputOpt,
     LenpenOpt,
     MaxLenAOpt,
     MaxLenBOpt,
@@ -25,6 +27,7 @@ from mtkit.cli.options import (
     ModelsOpt,
     NbestOpt,
     NoProtectOpt,
+    OutputOpt,
     PrefixOpt,
     ProtectOpt,
     ProtectRegexOpt,
@@ -92,10 +95,8 @@ def translate(
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
     threads: int = TranslateThreadsOpt,
-    input_file: Path | None = typer.Option(None, "-i", "--input", metavar="FILE",
-                                           show_default="stdin", help="Read this file."),
-    output_file: Path | None = typer.Option(None, "-o", "--output", metavar="FILE",
-                                            show_default="stdout", help="Write this file."),
+    input_file: Path | None = InputOpt,
+    output_file: Path | None = OutputOpt,
     scores: bool = typer.Option(False, "--scores", help="Append TAB + hypothesis score."),
     quiet: bool = typer.Option(False, "--quiet", help="No summary line on stderr."),
     quantize: str = QuantizeOpt,
@@ -128,12 +129,7 @@ def translate(
         alignments=(alignment_unit or "word") if alignments else None,
         langs=(src_lang, tgt_lang), format=text_format, whole_file=whole_file,
     )
-    try:
-        stats = translate_job(job)
-    except BrokenPipeError:
-        _quiet_broken_pipe()
-    if stats is not None and not quiet:
-        sys.stderr.write(stats.summary() + "\n")
+    _run_and_summarise(lambda: translate_job(job), quiet)
 
 
 def score_pairs(
@@ -142,8 +138,7 @@ def score_pairs(
                                   help="Source lines (plain or .gz)."),
     tgt_file: Path = typer.Option(..., "--tgt", metavar="FILE",
                                   help="Their translations, one per source line."),
-    output_file: Path | None = typer.Option(None, "-o", "--output", metavar="FILE",
-                                            show_default="stdout", help="Write this file."),
+    output_file: Path | None = OutputOpt,
     tag: str | None = TagOpt,
     max_tokens: int = typer.Option(4096, "--max-tokens", metavar="N",
                                    help="Tokens per batch (a pair's longer side, padded)."),
@@ -164,11 +159,17 @@ def score_pairs(
                    output_file=output_file, tag=tag, max_tokens=max_tokens, device=device,
                    threads=threads, quantize=quantize, engine=engine, quiet=quiet,
                    skip_long=skip_long)
+    _run_and_summarise(lambda: score_job(job), quiet)
+
+
+def _run_and_summarise(run: Callable[[], Any], quiet: bool) -> None:
+    """Run a job that writes lines to stdout (or a file); its stats' summary on stderr
+    unless `quiet` (or a rank that wrote nothing returned None)."""
     try:
-        stats = score_job(job)
+        stats = run()
     except BrokenPipeError:
         _quiet_broken_pipe()
-    if not quiet:
+    if stats is not None and not quiet:
         sys.stderr.write(stats.summary() + "\n")
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from mtkit.data.batching import token_batches
 from mtkit.data.tokenizer import Tokenizer
 from mtkit.decode.engine import Engine
+from mtkit.errors import DataError
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,26 @@ def score_encoded(engine: Engine, sources: list[list[int]], targets: list[list[i
         for k, logprobs in zip(batch, found, strict=True):
             scores[k] = PairScore(tuple(logprobs))
     return scores  # type: ignore[return-value] - every index was in one batch
+
+
+def score_texts(engine: Engine, tokenizer: Tokenizer, pairs: tuple[Sequence[str], Sequence[str]],
+                max_tokens: int, where: tuple[int, tuple[str, str]] = (0, ("source", "target")),
+                skip_long: bool = False) -> list[PairScore]:
+    """`Translator.score` of (sources, targets) lines: each pair's score in order; a side
+    over the engine's `max_source` is a DataError naming the file (`where`: the first
+    line's number, from 0, and the two sides' names) and line, or with `skip_long` its
+    pair's score is UNSCORED."""
+    first_line, names = where
+    src, tgt, long = encode_pairs(tokenizer, *pairs, engine.max_source)
+    if long and not skip_long:
+        first = long[0]
+        name = names[first.side == "target"]
+        raise DataError(f"{name} line {first_line + first.index + 1}: {first.length} "
+                        f"tokens, the model takes at most {first.limit}; shorten or split "
+                        "the pair, or skip such pairs (score-pairs --skip-long): a truncated "
+                        "pair would get another pair's score")
+    skipped = {pair.index for pair in long}
+    kept = [i for i in range(len(src)) if i not in skipped]
+    scored = iter(score_encoded(engine, [src[i] for i in kept], [tgt[i] for i in kept],
+                                max_tokens))
+    return [UNSCORED if i in skipped else next(scored) for i in range(len(src))]

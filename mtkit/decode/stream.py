@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from mtkit.decode.align import pharaoh
+from mtkit.decode.align import Links, pharaoh
+from mtkit.decode.search import Hypothesis
 from mtkit.decode.translate import Stats, Translator
 from mtkit.document.pipeline import Translated
 from mtkit.errors import ConfigError
@@ -97,7 +98,7 @@ class Prefixes:
 
 
 def document_line(translated: Translated, scores: bool, links: bool) -> str:
-    """A line of `translate_documents` as `Translator.format` writes a search's."""
+    """A line of `translate_documents` as `output_lines` writes a search's."""
     line = translated.text
     if scores:
         line += f"\t{translated.score if translated.score is not None else 0.0:.4f}"
@@ -141,7 +142,7 @@ def translate_stream(
         else:
             results = translator.search(lines, index, prefixes=chosen)
             links = None if alignments is None else translator.align(lines, results, alignments)
-            text = "".join(line + "\n" for line in translator.format(results, index, scores,
+            text = "".join(line + "\n" for line in output_lines(translator, results, index, scores,
                                                                     links))
         out.write(text.encode("utf-8"))
         out.flush()
@@ -159,3 +160,24 @@ def translate_stream(
             translator.stats.invalid_utf8,
         )
     return translator.stats
+
+
+def output_lines(translator: Translator, hyps_per_line: list[list[Hypothesis]],
+                 first_index: int, scores: bool = False,
+                 links: list[list[Links]] | None = None) -> list[str]:
+    """`translate`'s output lines: one per input (TAB + score with `scores`), or, for
+    nbest > 1, `index<TAB>score<TAB>text` rows; `links` (`Translator.align`'s) add TAB +
+    Pharaoh links as the last column of every line or row, empty where a line has none."""
+    out = []
+    for offset, hyps in enumerate(hyps_per_line):
+        texts = translator.texts(hyps)
+        tails = [""] * len(hyps) if links is None else [
+            "\t" + pharaoh(each) for each in links[offset]]
+        if translator.settings.nbest > 1:
+            out += [f"{first_index + offset}\t{h.score:.4f}\t{t}{tail}"
+                    for h, t, tail in zip(hyps, texts, tails)]
+        elif scores:
+            out.append(f"{texts[0]}\t{hyps[0].score:.4f}{tails[0]}")
+        else:
+            out.append(texts[0] + tails[0])
+    return out

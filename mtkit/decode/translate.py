@@ -2,7 +2,7 @@
 engine -> lines out, in input order. `Translator` is also mtkit's Python API.
 
 The line contract: exactly one output line per input line (or `nbest` lines, see
-`Translator.format`), in input order, always. Empty input lines give empty output lines
+`stream.output_lines`), in input order, always. Empty input lines give empty output lines
 without running the model; over-long inputs are truncated (counted, warned), never
 dropped; invalid UTF-8 is replaced with U+FFFD and counted.
 """
@@ -19,15 +19,15 @@ from typing import Any, overload
 from mtkit.config import DecodeConfig, replace_checked
 from mtkit.data.batching import token_batches
 from mtkit.data.tokenizer import Tokenizer
-from mtkit.decode.align import UNITS, Aligned, Links, align, pharaoh
+from mtkit.decode.align import UNITS, Aligned, Links, align
 from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
-from mtkit.decode.scoring import UNSCORED, PairScore, encode_pairs, score_encoded
+from mtkit.decode.scoring import PairScore, score_texts
 from mtkit.decode.search import Hypothesis
 from mtkit.document.formats import check_format
 from mtkit.document.pipeline import DocumentOptions, Translated, finish, prepare
 from mtkit.document.placeholders import protection
-from mtkit.errors import CheckpointError, ConfigError, DataError
+from mtkit.errors import CheckpointError, ConfigError
 from mtkit.runtime.devices import resolve_device, set_threads
 
 log = logging.getLogger("mtkit")
@@ -59,6 +59,17 @@ class Stats:
         if self.invalid_utf8:
             text += f"; {self.invalid_utf8} lines had invalid UTF-8 (replaced)"
         return text
+
+    def truncation(self, line_number: int, length: int, limit: int, what: str = "") -> None:
+        """Count an input cut to the model's `limit` tokens; warn of the first three."""
+        self.truncated += 1
+        if self.truncated <= 3:  # then only counted, in the summary line
+            log.warning(
+                "input line %d: %s%d tokens, truncated to the model's %d%s",
+                line_number, what, length, limit,
+                "; further truncations are counted in the summary"
+                if self.truncated == 3 else "",
+            )
 
 
 # --------------------------------------------------------------------------- translating
@@ -305,8 +316,9 @@ class Translator:
         for k, ids in enumerate(encoded):
             if len(ids) > self.max_source:
                 encoded[k] = ids[: self.max_source]
-                self._warn_truncated(numbers[todo[k]] + 1, len(ids))
-        forced = self._encode_prefixes(tokenizer, prefixes, todo, numbers)
+                self.stats.truncation(numbers[todo[k]] + 1, len(ids), self.max_source)
+        forced = encode_prefixes(tokenizer, prefixes, todo, numbers, self.max_source,
+                                 self.stats)
         for batch in token_batches([len(ids) + 1 for ids in encoded], self.max_tokens):
             found = self.engine.search(
                 [encoded[k] for k in batch], self.settings,
@@ -345,70 +357,32 @@ class Translator:
         if isinstance(sources, str) or isinstance(targets, str) or len(sources) != len(targets):
             raise ConfigError("Translator.score: give as many targets as sources (two "
                               "strings, or two lists of one length)")
-        src, tgt, long = encode_pairs(self.tokenizer, sources, targets, self.max_source)
-        if long and not skip_long:
-            first = long[0]
-            name = names[first.side == "target"]
-            raise DataError(f"{name} line {first_line + first.index + 1}: {first.length} "
-                            f"tokens, the model takes at most {first.limit}; shorten or split "
-                            "the pair, or skip such pairs (score-pairs --skip-long): a truncated "
-                            "pair would get another pair's score")
-        skipped = {pair.index for pair in long}
-        kept = [i for i in range(len(src)) if i not in skipped]
-        scored = iter(score_encoded(self.engine, [src[i] for i in kept], [tgt[i] for i in kept],
-                                    self.max_tokens))
-        return [UNSCORED if i in skipped else next(scored) for i in range(len(src))]
-
-    def _encode_prefixes(self, tokenizer: Tokenizer, prefixes: Sequence[str] | None,
-                         todo: list[int], numbers: Sequence[int]) -> list[list[int]] | None:
-        """The target ids of the prefixes of the lines `todo` (empty: none; a multilingual
-        model's: its language token), or None when none has one; one longer than the
-        model's targets is truncated (warned)."""
-        texts = [prefixes[i] for i in todo] if prefixes is not None else []
-        given = [k for k, text in enumerate(texts) if text.strip()]
-        if not given and not tokenizer.target_start:
-            return None
-        forced: list[list[int]] = [list(tokenizer.target_start) for _ in todo]
-        for k, ids in zip(given, tokenizer.encode_tgt([texts[k] for k in given])):
-            if len(ids) > self.max_source:
-                self._warn_truncated(numbers[todo[k]] + 1, len(ids), "a prefix of ")
-            forced[k] = ids[: self.max_source]
-        return forced
-
-    def _warn_truncated(self, line_number: int, length: int, what: str = "") -> None:
-        self.stats.truncated += 1
-        if self.stats.truncated <= 3:  # then only counted, in the summary line
-            log.warning(
-                "input line %d: %s%d tokens, truncated to the model's %d%s",
-                line_number, what, length, self.max_source,
-                "; further truncations are counted in the summary"
-                if self.stats.truncated == 3 else "",
-            )
-
-    def format(self, hyps_per_line: list[list[Hypothesis]], first_index: int,
-               scores: bool = False, links: list[list[Links]] | None = None) -> list[str]:
-        """Output lines: one per input (TAB + score with `scores`), or, for nbest > 1,
-        `index<TAB>score<TAB>text` rows; `links` (`align`'s) add TAB + Pharaoh links as
-        the last column of every line or row, empty where a line has none."""
-        out = []
-        for offset, hyps in enumerate(hyps_per_line):
-            texts = self.texts(hyps)
-            tails = [""] * len(hyps) if links is None else [
-                "\t" + pharaoh(each) for each in links[offset]]
-            if self.settings.nbest > 1:
-                out += [f"{first_index + offset}\t{h.score:.4f}\t{t}{tail}"
-                        for h, t, tail in zip(hyps, texts, tails)]
-            elif scores:
-                out.append(f"{texts[0]}\t{hyps[0].score:.4f}{tails[0]}")
-            else:
-                out.append(texts[0] + tails[0])
-        return out
+        return score_texts(self.engine, self.tokenizer, (sources, targets), self.max_tokens,
+                           (first_line, names), skip_long)
 
     def texts(self, hyps: list[Hypothesis]) -> list[str]:
         """The text of each hypothesis, as `translate` prints it (never a line break; a
         multilingual model's language tokens left out)."""
         texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         return [t.replace("\r", " ").replace("\n", " ") for t in texts]
+
+
+def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str] | None, todo: list[int],
+                    numbers: Sequence[int], limit: int, stats: Stats
+                    ) -> list[list[int]] | None:
+    """The target ids of the prefixes of the lines `todo` (empty: none; a multilingual
+    model's: its language token), or None when none has one; one longer than the model's
+    `limit` is truncated (counted and warned in `stats`)."""
+    texts = [prefixes[i] for i in todo] if prefixes is not None else []
+    given = [k for k, text in enumerate(texts) if text.strip()]
+    if not given and not tokenizer.target_start:
+        return None
+    forced: list[list[int]] = [list(tokenizer.target_start) for _ in todo]
+    for k, ids in zip(given, tokenizer.encode_tgt([texts[k] for k in given])):
+        if len(ids) > limit:
+            stats.truncation(numbers[todo[k]] + 1, len(ids), limit, "a prefix of ")
+        forced[k] = ids[:limit]
+    return forced
 
 
 def model_file(path: Path) -> Path:

@@ -15,6 +15,7 @@ from mtkit.data.tokenizer import Tokenizer, train_sentencepiece
 from mtkit.data.words import output_units, piece_words, source_units
 from mtkit.decode.align import Aligned, best_links, pharaoh
 from mtkit.decode.engine import TorchEngine
+from mtkit.decode.stream import output_lines
 from mtkit.decode.translate import Translator
 from mtkit.errors import ConfigError
 from mtkit.model.transformer import Transformer
@@ -150,11 +151,11 @@ def test_links_are_the_last_column_of_every_line(tokenizer, data_dir):
         translator = tiny_translator(tokenizer, nbest=nbest)
         found = translator.search(lines)
         links = translator.align(lines, found)
-        out = translator.format(found, 0, scores, links)
+        out = output_lines(translator, found, 0, scores, links)
         assert len(out) == sum(len(hyps) for hyps in found)
         rows = [row.split("\t") for row in out]
         assert {len(row) for row in rows} == {columns}, rows
         assert [row[-1] for row in rows] == [pharaoh(each) for per in links for each in per]
         assert rows[0][-1] == "" and rows[-1][-1] == ""  # empty lines: an empty column
-        plain = translator.format(found, 0, scores)
+        plain = output_lines(translator, found, 0, scores)
         assert [row.rsplit("\t", 1)[0] for row in out] == plain

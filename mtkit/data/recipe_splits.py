@@ -1,0 +1,53 @@
+"""What of a recipe `binarize` encodes (its training corpora, with their tags and
+alignments, and its dev set, under the filters the model allows), and whether the
+binarised data of a run is still what the recipe asks for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtkit.config import Recipe
+from mtkit.data.corpora import training_splits
+from mtkit.data.manifest import Manifest
+from mtkit.data.tokenizer import Tokenizer
+from mtkit.files.textio import file_fingerprint
+
+
+def recipe_splits(recipe: Recipe) -> dict[str, tuple[Path, Path]]:
+    """The (src, tgt) files of each split binarize makes: the training corpora, `valid`."""
+    splits = {name: (c.src, c.tgt) for name, c in training_splits(recipe)}
+    if recipe.data.valid is not None:
+        splits["valid"] = (recipe.data.valid.src, recipe.data.valid.tgt)
+    return splits
+
+
+def train_max_len(recipe: Recipe) -> int:
+    """Longest training side kept: the recipe's filter, within what the model can hold."""
+    return min(recipe.data.max_len, recipe.model.max_positions - 1)
+
+
+def binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: Manifest | None) -> str:
+    """Why the binarised data (its `manifest`) is out of date for the recipe; "" if not."""
+    if manifest is None:
+        return "no binarised data yet"
+    if manifest.tokenizer != tokenizer.fingerprint():
+        return "the tokenizer changed"
+    if (manifest.max_len, manifest.max_ratio) != (train_max_len(recipe), recipe.data.max_ratio):
+        return "data.max_len, data.max_ratio or model.max_positions changed"
+    splits = recipe_splits(recipe)
+    if set(manifest.splits) != set(splits):
+        return "the recipe's splits changed"
+    for name, (src, tgt) in splits.items():
+        for stored, path in ((manifest.splits[name].src, src), (manifest.splits[name].tgt, tgt)):
+            if stored.fingerprint != file_fingerprint(path):
+                return f"{path} changed"
+    for name, corpus in training_splits(recipe):
+        split = manifest.splits[name]
+        if split.tag != corpus.tag:
+            return f"the tag of {corpus.src} changed"
+        stored = None if split.links is None else split.links.fingerprint
+        given = None if corpus.alignments is None else file_fingerprint(corpus.alignments)
+        if stored != given:
+            return f"the alignments of {corpus.src} changed"
+    return ""
