@@ -115,3 +115,42 @@ def load_reference(model_dir: Path):
     from transformers import MarianMTModel
 
     return MarianMTModel.from_pretrained(model_dir).float().eval()
+
+
+# --------------------------------------------------------------------------- damaged copies
+
+
+def broken_copy(directory: Path, tmp_path: Path, edit) -> Path:
+    """A copy of a model directory under tmp_path, changed by `edit(copy)`."""
+    import shutil
+
+    copy = tmp_path / "broken"
+    shutil.copytree(directory, copy)
+    edit(copy)
+    return copy
+
+
+def edit_json(name: str, change):
+    """An edit for `broken_copy`: the JSON file `name`'s value changed in place."""
+    def edit(copy: Path) -> None:
+        path = copy / name
+        value = json.loads(path.read_text())
+        change(value)
+        path.write_text(json.dumps(value))
+    return edit
+
+
+def expect_refused_import(directory: Path, tmp_path: Path, edit, message: str) -> None:
+    """`import_model` of the edited copy: a one-line CheckpointError matching `message`,
+    and nothing written."""
+    import pytest
+
+    from mtkit.convert.importer import import_model
+    from mtkit.errors import CheckpointError
+
+    broken = broken_copy(directory, tmp_path, edit)
+    out = tmp_path / "out" / "model.pt"
+    with pytest.raises(CheckpointError, match=message) as info:
+        import_model(broken, out)
+    assert "\n" not in str(info.value)
+    assert not out.exists()

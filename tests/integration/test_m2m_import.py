@@ -10,7 +10,6 @@ offset for NLLB.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import sentencepiece as spm
 import torch
 from builders import DATA
 from hf_m2m import build_m2m, load_reference
+from hf_marian import edit_json, expect_refused_import
 from test_marian_import import CAP, _generated, _Pairs, assert_log_probs_match, padded
 
 from mtkit.config import DecodeConfig
@@ -181,28 +181,14 @@ def test_the_bundle_round_trips(m2m, tmp_path):
 # --------------------------------------------------------------------------- bad input
 
 
-def _broken(directory: Path, tmp_path: Path, edit) -> Path:
-    copy = tmp_path / "broken"
-    shutil.copytree(directory, copy)
-    edit(copy)
-    return copy
-
-
-def _config(change):
-    def edit(copy: Path) -> None:
-        value = json.loads((copy / "config.json").read_text())
-        change(value)
-        (copy / "config.json").write_text(json.dumps(value))
-    return edit
-
-
 def _truncate(copy: Path) -> None:
     path = copy / "model.safetensors"
     path.write_bytes(path.read_bytes()[:-1000])
 
 
 BAD = [
-    (_config(lambda v: v.update(_name_or_path="facebook/nllb-moe-54b")), "nllb-moe-54b"),
+    (edit_json("config.json", lambda v: v.update(_name_or_path="facebook/nllb-moe-54b")),
+     "nllb-moe-54b"),
     (_truncate, "truncated or damaged safetensors file"),
     (lambda c: (c / "tokenizer_config.json").write_text("{}"), "lists no language tokens"),
     (lambda c: (c / "tokenizer_config.json").write_text('{"legacy_behaviour": true}'),
@@ -214,12 +200,7 @@ BAD = [
                          ids=["moe", "truncated", "no-languages", "legacy"])
 def test_bad_input_is_one_line_and_writes_nothing(m2m, tmp_path, edit, message):
     directory, _, _ = m2m
-    broken = _broken(directory, tmp_path, edit)
-    out = tmp_path / "out" / "model.pt"
-    with pytest.raises(CheckpointError, match=message) as info:
-        import_model(broken, out)
-    assert "\n" not in str(info.value)
-    assert not out.exists()
+    expect_refused_import(directory, tmp_path, edit, message)
 
 
 def test_an_unknown_default_language_names_the_closest(m2m, tmp_path):
