@@ -26,10 +26,13 @@ X_LEVELS = 127  # x is quantised to 0..127, not 0..255: see Int8Linear
 # beam rows, or a few sentences'. Beyond, oneDNN's int8 matmul is faster (2-3x at 320
 # rows on an AMX Xeon); below, fbgemm's (one call, no per-shape set-up).
 FEW_ROWS = 16
-# ... in layers of at least this many multiply-adds per row. fbgemm's call costs about
-# 10 us before it multiplies; a smaller layer's fp32 weights (up to about 1.5 MB) stay in
-# the cache between steps, and fp32 multiplies 5 rows by them as fast or faster (AMX
-# Xeon, one thread: 256 x 1024 20 us against fbgemm's 22, 512 x 2048 181 against 43).
+# ... in layers of at least this many multiply-adds per row, when torch runs several
+# threads. fbgemm's call costs about 15 us before it multiplies, and splits few rows
+# poorly between threads: at 2 threads a smaller layer's fp32 weights multiply 5 rows
+# faster (AMX Xeon: 256 x 1024 20 us against fbgemm's 22, 512 x 2048 181 against 43), and
+# a d=256 model's sentence was 5% slower with fbgemm everywhere. At one thread fbgemm
+# serves every layer: reading a quarter of the bytes won there (the same model's sentence
+# 9% faster than with small layers in fp32).
 FBGEMM_WORK = 400_000
 
 # Without fbgemm: multiply-adds per thread (rows x in x out / torch threads) up to which a
@@ -63,13 +66,14 @@ class Int8Linear(nn.Module):
     """x W^T + b with W in int8, one scale per output row, by one of two paths chosen per
     call by its rows (`few_rows_max`):
 
-    - few (the decoder steps of one sentence): in a large layer (`FBGEMM_WORK`), fbgemm's
-      dynamic int8 linear, one call that quantises x (7 bits, one scale per call) and
-      multiplies it by the int8 weights packed for it (`few="auto"`, where torch has
-      fbgemm: x86 builds). Otherwise (`few="fp32"`, a small layer, or no fbgemm) x times W
-      dequantised to fp32, held transposed as decode_step's fp32 linears hold theirs, up
-      to `fp32_work` multiply-adds per thread; a layer where one row does not fit at the
-      threads of the moment it is made keeps no fp32 copy.
+    - few (the decoder steps of one sentence): in a large layer (`FBGEMM_WORK`), or in
+      any at one thread, fbgemm's dynamic int8 linear, one call that quantises x (7 bits,
+      one scale per call) and multiplies it by the int8 weights packed for it
+      (`few="auto"`, where torch has fbgemm: x86 builds). Otherwise (`few="fp32"`, a small
+      layer at several threads, or no fbgemm) x times W dequantised to fp32, held
+      transposed as decode_step's fp32 linears hold theirs, up to `fp32_work`
+      multiply-adds per thread; a layer where one row does not fit at the threads of the
+      moment it is made keeps no fp32 copy.
     - more: x quantised on the fly to 7-bit unsigned (0..127) with one scale and zero
       point per call (dynamic quantisation), through oneDNN's int8 matmul, which also
       applies the scales and the bias.
@@ -106,17 +110,21 @@ class Int8Linear(nn.Module):
         self.bias = None if linear.bias is None else linear.bias.detach().float()
         # oneDNN's and fbgemm's own layouts, opaque objects: not buffers (no state_dict, no .to)
         self.packed = torch.ops.onednn.qlinear_prepack(quantized, None)
-        self.fbgemm = None
-        if few == "auto" and self.size >= FBGEMM_WORK:
-            self.fbgemm = _fbgemm_packed(quantized, scale, self.bias)
+        self.fbgemm = _fbgemm_packed(quantized, scale, self.bias) if few == "auto" else None
         self.dequantized = None  # (in, out), contiguous
-        if self.fbgemm is None and self.size <= self.fp32_work * torch.get_num_threads():
+        small = self.fbgemm is None or self.size < FBGEMM_WORK
+        if small and self.size <= self.fp32_work * torch.get_num_threads():
             self.dequantized = (quantized.float() * scale[:, None]).t().contiguous()
+
+    def _few_by_fbgemm(self) -> bool:
+        """Whether few rows take fbgemm's kernel at today's thread count (FBGEMM_WORK)."""
+        return self.fbgemm is not None and (
+            self.dequantized is None or torch.get_num_threads() == 1)
 
     @property
     def few_rows_max(self) -> int:
         """Calls of up to this many rows take the few-rows path, at today's thread count."""
-        if self.fbgemm is not None:
+        if self._few_by_fbgemm():
             return FEW_ROWS
         if self.dequantized is None:
             return 0
@@ -138,7 +146,7 @@ class Int8Linear(nn.Module):
     __call__ = forward
 
     def few_rows(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
-        if self.fbgemm is not None:
+        if self._few_by_fbgemm():
             return _LINEAR_DYNAMIC(x, self.fbgemm, True)  # True: x in 7 bits
         if self.bias is None:
             return torch.mm(x, self.dequantized)
@@ -156,7 +164,7 @@ class Int8Linear(nn.Module):
             1.0, 0, torch.float32, "none", [], "")  # output scale 1, zero 0: plain fp32
 
     def extra_repr(self) -> str:
-        kernel = "fbgemm" if self.fbgemm is not None else "fp32"
+        kernel = "fbgemm" if self._few_by_fbgemm() else "fp32"
         return (f"in_features={self.in_features}, out_features={self.out_features}, int8, "
                 f"{kernel} up to {self.few_rows_max} rows")
 

@@ -112,7 +112,7 @@ def test_few_rows_follow_the_layer_size_and_the_threads(threads, monkeypatch):
     """Up to FBGEMM_WORK multiply-adds a row, or without fbgemm, each layer takes the rows
     that fit in fp32_work multiply-adds per thread; a layer where one row does not fit at
     the threads it is made with keeps no fp32 copy. From FBGEMM_WORK on, with fbgemm, a
-    layer takes FEW_ROWS, and keeps no fp32 copy."""
+    layer takes FEW_ROWS, and keeps no fp32 copy; at one thread, every layer does."""
     model = Transformer(TINY, VOCAB, VOCAB).eval()
     threads(1)
     quantized = quantize_int8(model, 16 * 32 * 3, "fp32")  # the 16 -> 32 layer: 3 rows
@@ -127,7 +127,11 @@ def test_few_rows_follow_the_layer_size_and_the_threads(threads, monkeypatch):
     default = quantize_int8(model, few="fp32")
     assert default.out_proj.few_rows_max == 2 * FP32_WORK // (16 * VOCAB)
     auto = [m for m in quantize_int8(model).modules() if isinstance(m, Int8Linear)]
-    assert all(m.fbgemm is None and m.dequantized is not None for m in auto)  # all small
+    assert all(m.dequantized is not None for m in auto)  # all small: fp32 at 2 threads
+    assert all(m.few_rows_max == 2 * FP32_WORK // m.size for m in auto)
+    threads(1)  # ... and fbgemm's at one thread, where there is fbgemm
+    assert all(m.few_rows_max == (FEW_ROWS if FBGEMM else FP32_WORK // m.size) for m in auto)
+    threads(2)
     monkeypatch.setattr(int8_module, "FBGEMM_WORK", 16 * 32)
     auto = [m for m in quantize_int8(model).modules() if isinstance(m, Int8Linear)]
     large = {(m.in_features, m.out_features) for m in auto if m.size >= 16 * 32}
@@ -136,7 +140,7 @@ def test_few_rows_follow_the_layer_size_and_the_threads(threads, monkeypatch):
         if (m.in_features, m.out_features) in large and FBGEMM:
             assert m.few_rows_max == FEW_ROWS and m.dequantized is None
         else:
-            assert m.fbgemm is None and m.dequantized is not None
+            assert m.dequantized is not None and m.few_rows_max == 2 * FP32_WORK // m.size
 
 
 @pytest.mark.parametrize("fp32_work, few", [(0, "fp32"), (None, "fp32"), (None, "auto")],
