@@ -15,6 +15,7 @@ from builders import DATA
 from hf_m2m import build_m2m
 from test_serve import start_server, stop
 
+from mtkit import Translator
 from mtkit.model.checkpoint import load_checkpoint
 
 pytest.importorskip("transformers")
@@ -44,8 +45,6 @@ def test_info_lists_the_languages(imported, mtkit_cli):
 
 
 def test_translate_chooses_the_pair_as_the_python_api(imported, mtkit_cli):
-    from mtkit import Translator
-
     translator = Translator.load(imported / "imported.pt", beam=1)
     for flags, pair in (([], {}), (["--tgt-lang", "eng_Latn"], {"tgt_lang": "eng_Latn"}),
                         (["--src-lang", "deu_Latn", "--tgt-lang", "spa_Latn"],
@@ -123,10 +122,47 @@ def test_serve_chooses_the_languages_per_request(imported, mtkit_cli):
         stop(server)
 
 
-def test_a_pair_for_a_model_of_one_pair_is_one_line(tiny_run, tmp_path, mtkit_cli):
+def test_serve_translates_the_chosen_pair_by_default(imported, mtkit_cli):
+    """`serve --src-lang --tgt-lang`: a request that names no language (/v1/translate), or
+    only the target (LibreTranslate's source auto), gets that pair, as `translate` with the
+    same flags; /v1/models, which the page reads, says so."""
+    pair = ["--src-lang", "deu_Latn", "--tgt-lang", "eng_Latn"]
+    expected = {}
+    for split in ([], ["--split"]):
+        done = mtkit_cli(["translate", "-m", "imported.pt", "-i", "dev.es", *pair, *split],
+                         cwd=imported)
+        assert done.returncode == 0, done.stderr
+        expected[bool(split)] = done.stdout.splitlines()
+    assert expected[False] != mtkit_cli(["translate", "-m", "imported.pt", "-i", "dev.es"],
+                                        cwd=imported).stdout.splitlines()
+    server = start_server(imported, imported / "imported.pt", *pair)
+    try:
+        assert "(deu_Latn -> eng_Latn)" in server.stderr()
+        status, answer = server.post("/v1/translate", {"text": DEV})
+        assert status == 200, answer
+        assert [item["text"] for item in answer["translations"]] == expected[False]
+        status, answer = server.post("/translate", {"q": DEV, "source": "auto",
+                                                    "target": "eng_Latn"})
+        assert status == 200, answer
+        assert answer["translatedText"] == expected[True]
+        status, _, body = server.request("GET", "/v1/models")
+        model = json.loads(body)["models"][0]
+        assert (model["source"], model["target"]) == ("deu_Latn", "eng_Latn")
+        status, answer = server.post("/v1/score", {"pairs": [[DEV[0], expected[False][0]]]})
+        assert status == 200, answer
+        translator = Translator.load(imported / "imported.pt", src_lang="deu_Latn",
+                                     tgt_lang="eng_Latn")
+        alone = translator.score(DEV[0], expected[False][0]).total
+        assert answer["scores"][0]["total"] == pytest.approx(alone, abs=1e-4)
+    finally:
+        stop(server)
+
+
+@pytest.mark.parametrize("command", ["translate", "serve"])
+def test_a_pair_for_a_model_of_one_pair_is_one_line(command, tiny_run, tmp_path, mtkit_cli):
     (tmp_path / "in.txt").write_text("hola\n")
-    done = mtkit_cli(["translate", "-m", tiny_run.model, "-i", "in.txt", "--tgt-lang", "fr"],
-                     cwd=tmp_path)
+    args = ["-i", "in.txt"] if command == "translate" else ["--port", "0"]
+    done = mtkit_cli([command, "-m", tiny_run.model, *args, "--tgt-lang", "fr"], cwd=tmp_path)
     assert done.returncode == 2
     assert done.error_lines() == ["mtkit: error: --src-lang/--tgt-lang: this model translates "
                                   "one language pair; a pair is chosen only for a "
