@@ -1,8 +1,9 @@
 """The whole path for a multilingual model (M2M100, NLLB), as a user runs it on a tiny
 one: `mtkit import --src-lang --tgt-lang`, `info` listing the languages, `translate` with
 the pair chosen per call (and equal to the Python API), fine-tuning through
-train.init_from, `export --format ctranslate2` decoding alike, and `serve` choosing the
-language tokens from a LibreTranslate request's source and target."""
+train.init_from, `export --format ctranslate2` decoding alike, `serve` choosing the
+language tokens from a LibreTranslate request's source and target, or by default from
+`serve --src-lang --tgt-lang`; an NLLB directory with legacy_behaviour the same way."""
 
 from __future__ import annotations
 
@@ -156,6 +157,32 @@ def test_serve_translates_the_chosen_pair_by_default(imported, mtkit_cli):
         assert answer["scores"][0]["total"] == pytest.approx(alone, abs=1e-4)
     finally:
         stop(server)
+
+
+def test_a_legacy_nllb_model_translates_and_exports_as_the_python_api(tmp_path, mtkit_cli):
+    """NLLB with legacy_behaviour (sources `pieces </s> [src]`): imported, `translate` with
+    a pair chosen per run as the Python API, and its CTranslate2 export alike."""
+    directory = build_m2m(tmp_path / "legacy", "nllb", legacy=True)
+    done = mtkit_cli(["import", directory, "-o", "legacy.pt"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "dev.es").write_text("\n".join(DEV) + "\n")
+    # one cap for every sentence: CTranslate2 caps a batch, mtkit each sentence
+    caps = {"beam": 1, "max_len_a": 0.0, "max_len_b": 12}
+    translator = Translator.load(tmp_path / "legacy.pt", **caps)
+    flags = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "12"]
+    pair = ["--src-lang", "deu_Latn", "--tgt-lang", "fra_Latn"]
+    ours = mtkit_cli(["translate", "-m", "legacy.pt", "-i", "dev.es", *flags, *pair],
+                     cwd=tmp_path)
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.splitlines() == translator.translate(DEV, src_lang="deu_Latn",
+                                                            tgt_lang="fra_Latn")
+    pytest.importorskip("ctranslate2")
+    exported = mtkit_cli(["export", "-m", "legacy.pt", "-o", "ct2", "--quantize", "float32"],
+                         cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    theirs = mtkit_cli(["translate", "-m", "ct2", "-i", "dev.es", *flags, *pair], cwd=tmp_path)
+    assert theirs.returncode == 0, theirs.stderr
+    assert theirs.stdout == ours.stdout
 
 
 @pytest.mark.parametrize("command", ["translate", "serve"])
