@@ -176,9 +176,14 @@ def make_batch(data: Pairs, indices: list[int], specials: SpecialIds,
     tgt_lens = np.array([len(p) for p in tgt_pieces], dtype=np.int64)  # (B,)
     rows = np.arange(len(indices))
     pad, eos = specials.pad, specials.eos
-    # cut first, then ended: a language token that goes after eos is kept
-    src_ended = [np.asarray(specials.source_input(p), dtype=np.int64) for p in src_pieces]
-    src = _pad_right(src_ended, src_lens + 1, int(src_lens.max()) + 1, pad)
+    # cut first, then ended (specials.source_input): a language token after eos is kept
+    width = int(src_lens.max()) + 1
+    if specials.tag_after_eos:
+        src = _pad_right([np.asarray(specials.source_input(p), dtype=np.int64)
+                          for p in src_pieces], src_lens + 1, width, pad)
+    else:  # the ids then eos, as source_input ends them, without a loop over the rows
+        src = _pad_right(src_pieces, src_lens, width, pad)
+        src[rows, src_lens] = eos
     tgt_out = _pad_right(tgt_pieces, tgt_lens, int(tgt_lens.max()) + 1, pad)
     tgt_out[rows, tgt_lens] = eos
     # the decoder input is the output shifted right by one, without eos, after the start

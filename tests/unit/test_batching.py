@@ -153,6 +153,7 @@ def test_make_batch_takes_the_special_ids_it_is_given(specials: SpecialIds) -> N
     batch = make_batch(data, [0, 1], specials)
     pad, eos, start = specials.pad, specials.eos, specials.start
     assert batch.src.tolist() == [[5, 6, 7, eos], [8, eos, pad, pad]]
+    assert torch.equal(batch.src, pad_sources([[5, 6, 7], [8]], specials))
     assert batch.tgt_out.tolist() == [[4, 5, eos, pad], [6, 7, 8, eos]]
     assert batch.tgt_in.tolist() == [[start, 4, 5, pad], [start, 6, 7, 8]]
     assert batch.ntokens == 7
