@@ -7,7 +7,8 @@ tokenizers read them: a SentencePiece model trained on the test corpus
   the language tokens `__en__` listed in tokenizer_config.json (WMT21's eight, so that
   M2M100Tokenizer(language_codes="wmt21") agrees), three made-up rows after them;
 * NLLB: no vocab.json (piece j is id j + 1), the codes `eng_Latn` listed in
-  tokenizer_config.json, `<mask>` last.
+  tokenizer_config.json, `<mask>` last; `legacy`: with `legacy_behaviour: true` (sources
+  `pieces </s> [src_lang]`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ EOS_LEAN = {"m2m100": 4.5, "nllb": 6.5}  # found by trying: some outputs end ear
 
 def build_m2m(out: Path, kind: str = "m2m100", seed: int = 0, layers: int = 2,
               d_model: int = 16, heads: int = 2, ffn: int = 32, spm_size: int = 300,
-              eos_lean: float | None = None) -> Path:
-    """Write a random M2M100 (`kind` m2m100) or NLLB (nllb) directory to `out`."""
+              eos_lean: float | None = None, legacy: bool = False) -> Path:
+    """Write a random M2M100 (`kind` m2m100) or NLLB (nllb; `legacy`: its tokenizer
+    config's legacy_behaviour true) directory to `out`."""
     from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration
 
     out.mkdir(parents=True, exist_ok=True)
@@ -46,7 +48,7 @@ def build_m2m(out: Path, kind: str = "m2m100", seed: int = 0, layers: int = 2,
     else:
         tokens = list(NLLB_CODES)
         rows = spm_size + 1 + len(tokens) + 1  # the pieces, the codes, <mask>
-        config = {"src_lang": "spa_Latn", "tgt_lang": "eng_Latn", "legacy_behaviour": False,
+        config = {"src_lang": "spa_Latn", "tgt_lang": "eng_Latn", "legacy_behaviour": legacy,
                   "tokenizer_class": "NllbTokenizer"}
     config["additional_special_tokens"] = tokens
     (out / "tokenizer_config.json").write_text(json.dumps(config))

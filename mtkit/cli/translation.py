@@ -222,6 +222,8 @@ def serve(
     seed: int | None = SeedOpt,
     alignment_layer: int | None = AlignmentLayerOpt,
     tag: str | None = TagOpt,
+    src_lang: str | None = SrcLangOpt,
+    tgt_lang: str | None = TgtLangOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
     threads: int = ServeThreadsOpt,
@@ -259,7 +261,7 @@ def serve(
         models=tuple(models), host=host, port=port,
         decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,
                              temperature, seed, alignment_layer), tag=tag,
-        quantize=quantize,
+        src_lang=src_lang, tgt_lang=tgt_lang, quantize=quantize,
         device=device, threads=threads, workers=workers, processes=processes, engine=engine,
         max_tokens=max_tokens, batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,
     ))

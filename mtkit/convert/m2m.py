@@ -14,13 +14,15 @@ Two tokenizer formats, one id scheme (fairseq's dictionary: `<s>` 0, `<pad>` 1, 
   tokenizer_config.json lists them;
 * NLLB: no vocab.json: SentencePiece piece j has id j + 1 (fairseq's offset; its own
   `<unk>`, `<s>`, `</s>` give way to the four specials), the codes `spa_Latn` follow the
-  pieces, then `<mask>`.
+  pieces, then `<mask>`. With `legacy_behaviour: true` in tokenizer_config.json, sources
+  are `pieces </s> [src_lang]` (`SpecialIds.tag_after_eos`), not `[src_lang] pieces </s>`.
 
 Rows past these (M2M100's `madeupword`s) keep their weights and placeholder names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -93,16 +95,13 @@ def read_m2m_vocabulary(model_dir: Path, config: dict[str, Any], generation: dic
     except (RuntimeError, OSError):
         raise CheckpointError(f"{model_dir / SPM}: not a SentencePiece model") from None
     tok_config = read_json(model_dir / "tokenizer_config.json", required=False)
-    if tok_config.get("legacy_behaviour"):
-        raise CheckpointError(f"{model_dir / 'tokenizer_config.json'}: legacy_behaviour true "
-                              "(sources as pieces </s> [src_lang]) is not supported; mtkit "
-                              "reads NLLB sources as [src_lang] pieces </s>")
     tokens = _language_tokens(model_dir, tok_config)
-    if (model_dir / "vocab.json").is_file():  # M2M100: __es__ is es
+    nllb = not (model_dir / "vocab.json").is_file()
+    if not nllb:  # M2M100: __es__ is es
         pieces = _vocab_json(model_dir / "vocab.json")
         tokens = [t for t in tokens if len(t) > 4 and t.startswith("__") and t.endswith("__")]
         codes, tail = [t[2:-2] for t in tokens], []
-    else:  # NLLB
+    else:
         pieces = [*FAIRSEQ_SPECIALS, *(proc.id_to_piece(j) for j in range(3, proc.vocab_size()))]
         codes, tail = list(tokens), ["<mask>"]
     rows, first_lang = int(config.get("vocab_size", 0)), len(pieces)
@@ -112,6 +111,11 @@ def read_m2m_vocabulary(model_dir: Path, config: dict[str, Any], generation: dic
                               f"config.json gives the model {rows} embedding rows")
     pieces += [f"madeupword{k:04d}" for k in range(rows - len(pieces))]
     specials = special_ids(model_dir, config, generation, tuple(pieces))
+    # NllbTokenizer's legacy_behaviour writes sources as `pieces </s> [src_lang]` (and
+    # labels likewise, but generation starts `</s> [tgt_lang]`, as without it: mtkit keeps
+    # its targets); M2M100Tokenizer has no such setting
+    legacy = nllb and tok_config.get("legacy_behaviour") is True
+    specials = dataclasses.replace(specials, tag_after_eos=legacy)
     default = (pair[0] or tok_config.get("src_lang"), pair[1] or tok_config.get("tgt_lang"))
     if not all(isinstance(code, str) for code in default):
         raise CheckpointError(f"{model_dir}: a multilingual model: give --src-lang and "

@@ -176,8 +176,14 @@ def make_batch(data: Pairs, indices: list[int], specials: SpecialIds,
     tgt_lens = np.array([len(p) for p in tgt_pieces], dtype=np.int64)  # (B,)
     rows = np.arange(len(indices))
     pad, eos = specials.pad, specials.eos
-    src = _pad_right(src_pieces, src_lens, int(src_lens.max()) + 1, pad)
-    src[rows, src_lens] = eos
+    # cut first, then ended (specials.source_input): a language token after eos is kept
+    width = int(src_lens.max()) + 1
+    if specials.tag_after_eos:
+        src = _pad_right([np.asarray(specials.source_input(p), dtype=np.int64)
+                          for p in src_pieces], src_lens + 1, width, pad)
+    else:  # the ids then eos, as source_input ends them, without a loop over the rows
+        src = _pad_right(src_pieces, src_lens, width, pad)
+        src[rows, src_lens] = eos
     tgt_out = _pad_right(tgt_pieces, tgt_lens, int(tgt_lens.max()) + 1, pad)
     tgt_out[rows, tgt_lens] = eos
     # the decoder input is the output shifted right by one, without eos, after the start
@@ -191,20 +197,22 @@ def make_batch(data: Pairs, indices: list[int], specials: SpecialIds,
         tgt_in=torch.from_numpy(tgt_in),
         tgt_out=torch.from_numpy(tgt_out),
         ntokens=int(tgt_lens.sum()) + len(indices),
-        links=_batch_links(data, indices, src_lens, tgt_lens) if links else None,
+        links=_batch_links(data, indices, src_lens, tgt_lens, specials) if links else None,
     )
 
 
-def _batch_links(data: Pairs, indices: list[int], src_lens: np.ndarray, tgt_lens: np.ndarray
-                 ) -> torch.Tensor:
+def _batch_links(data: Pairs, indices: list[int], src_lens: np.ndarray, tgt_lens: np.ndarray,
+                 specials: SpecialIds) -> torch.Tensor:
     """(K, 3) (row, target position, source position) of the pairs' links that fall
-    within their (cut) sides."""
+    within their (cut) sides; source positions where the encoder reads them."""
     rows = []
     for row, i in enumerate(indices):
         pairs = data.links(i)  # (k, 2) (source, target)
         inside = (pairs[:, 0] < src_lens[row]) & (pairs[:, 1] < tgt_lens[row])
         pairs = pairs[inside]
-        rows.append(np.stack([np.full(len(pairs), row), pairs[:, 1], pairs[:, 0]], axis=1))
+        where = np.asarray(specials.source_positions(int(src_lens[row])), dtype=np.int64)
+        rows.append(np.stack([np.full(len(pairs), row), pairs[:, 1], where[pairs[:, 0]]],
+                             axis=1))
     return torch.from_numpy(np.concatenate(rows).astype(np.int64)).reshape(-1, 3)
 
 

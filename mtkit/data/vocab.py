@@ -35,8 +35,8 @@ class SpecialIds:
 
     A model's own: mtkit's tokenizers have pad 0, unk 1, start 2 (<s>), eos 3; an
     imported model may have others (its decoder may start from pad or from eos). Sources
-    are padded with `pad` and end with `eos` too. `banned`: further ids the model must
-    never emit (a generation config's bad_words_ids).
+    are padded with `pad` and end with `eos` too (`source_input`). `banned`: further ids
+    the model must never emit (a generation config's bad_words_ids).
     """
 
     pad: int
@@ -44,6 +44,9 @@ class SpecialIds:
     start: int  # the token the decoder is fed first
     eos: int
     banned: tuple[int, ...] = ()
+    # a source's leading language token goes after its eos (NLLB's legacy_behaviour); only
+    # for a multilingual model, whose every source starts with one
+    tag_after_eos: bool = False
 
     @property
     def never_emitted(self) -> tuple[int, ...]:
@@ -51,12 +54,37 @@ class SpecialIds:
         banned ones."""
         return tuple(sorted(({self.pad, self.start} - {self.eos}) | set(self.banned)))
 
+    def source_input(self, ids: Sequence[int]) -> list[int]:
+        """The ids the encoder reads for a source as `Tokenizer.encode_src` gives it (a tag
+        or language token first, if any, then the pieces): those ids, then eos; with
+        `tag_after_eos`, the pieces, eos, then the language token. Every site that feeds
+        an encoder ends its sources here, so a cut (to the model's length) is made before,
+        on the ids, and keeps the language token."""
+        return _ended(list(ids), self.eos, self.tag_after_eos)
+
+    def source_positions(self, length: int) -> list[int]:
+        """The encoder position of each id of a source of `length` ids, then of its eos
+        (`source_input`'s order): attention over the encoder's positions read at these
+        comes in the ids' order, eos last."""
+        where = [0] * (length + 1)
+        for position, k in enumerate(_ended(list(range(length)), length, self.tag_after_eos)):
+            where[k] = position
+        return where
+
+
+def _ended(items: list[Any], end: Any, tag_after_end: bool) -> list[Any]:
+    """`items` then `end`; or, `tag_after_end`, the first item moved after `end`."""
+    if tag_after_end and items:
+        return [*items[1:], end, items[0]]
+    return [*items, end]
+
 
 @dataclass(frozen=True)
 class Languages:
     """A multilingual model's language tokens (M2M100, NLLB): each language's code and its
     token's id (one vocabulary serves both sides), and the pair translated by default. A
-    source is `[src] pieces </s>`; a target `[tgt] pieces </s>`, its language token forced
+    source is `[src] pieces </s>` (`pieces </s> [src]` for NLLB's legacy_behaviour:
+    `SpecialIds.tag_after_eos`); a target `[tgt] pieces </s>`, its language token forced
     first when decoding."""
 
     codes: tuple[str, ...]
@@ -169,9 +197,12 @@ class Vocabulary:
 
     def to_bytes(self) -> bytes:
         s = self.specials
+        specials: dict[str, Any] = {"pad": s.pad, "unk": s.unk, "start": s.start,
+                                    "eos": s.eos, "banned": list(s.banned)}
+        if s.tag_after_eos:  # written only when set: other bundles' bytes stay as they were
+            specials["tag_after_eos"] = True
         raw = {"src": list(self.src), "tgt": None if self.tgt is None else list(self.tgt),
-               "specials": {"pad": s.pad, "unk": s.unk, "start": s.start, "eos": s.eos,
-                            "banned": list(s.banned)}}
+               "specials": specials}
         if self.languages is not None:
             raw["languages"] = self.languages.to_dict()
         return json.dumps(raw, ensure_ascii=False).encode("utf-8")
@@ -182,8 +213,11 @@ class Vocabulary:
             raw: dict[str, Any] = json.loads(bytes(blob).decode("utf-8"))
             s = raw["specials"]
             specials = SpecialIds(int(s["pad"]), int(s["unk"]), int(s["start"]), int(s["eos"]),
-                                  tuple(int(i) for i in s.get("banned", ())))
+                                  tuple(int(i) for i in s.get("banned", ())),
+                                  bool(s.get("tag_after_eos", False)))
             languages = Languages.from_dict(raw["languages"]) if raw.get("languages") else None
+            if specials.tag_after_eos and languages is None:
+                raise ValueError("a language token after eos, but no languages")
             vocab = cls(tuple(raw["src"]), None if raw["tgt"] is None else tuple(raw["tgt"]),
                         specials, languages)
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):

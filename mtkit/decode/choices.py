@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# translate's options for the decode settings, so that errors name what the user typed
+# translate's options for the decode settings and the pair, so that errors name what the
+# user typed
 OPTION_NAMES = {"beam": "--beam", "lenpen": "--lenpen", "stop": "--stop", "nbest": "--nbest",
                 "max_len_a": "--max-len-a", "max_len_b": "--max-len-b",
                 "sampling": "--sampling", "temperature": "--temperature", "seed": "--seed",
                 "alignment_layer": "--alignment-layer", "split": "--split",
                 "protect": "--no-protect", "protect_rules": "--protect",
-                "protect_regex": "--protect-regex"}
+                "protect_regex": "--protect-regex", "src_lang": "--src-lang",
+                "tgt_lang": "--tgt-lang"}
 
 
 @dataclass(frozen=True)

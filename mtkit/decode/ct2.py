@@ -65,6 +65,10 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
     tokenizer = bundle.tokenizer()
     model = bundle.model(tokenizer, str(model_path))
     spec = _spec(ctranslate2, model, recipe)
+    # mtkit's encoder reads source + </s>: CTranslate2 appends it, but puts nothing after
+    # it, so a model that reads its language token there gets whole sources from the engine
+    # (`_source_tokens`)
+    spec.config.add_source_eos = not tokenizer.specials.tag_after_eos
     layer = _alignment_layer(spec, recipe)
     src_pieces, tgt_pieces = _start_from_pad(spec, tokenizer)
     spec.register_source_vocabulary(src_pieces)
@@ -102,7 +106,6 @@ def _spec(ctranslate2, model: Transformer, recipe: Recipe):
         ffn_glu=swiglu,
     )
     spec.encoder.scale_embeddings = spec.decoder.scale_embeddings = cfg.scale_embeddings
-    spec.config.add_source_eos = True  # mtkit's encoder reads source + </s>
     spec.config.layer_norm_epsilon = model.decoder[0].norm1.eps
     positions = _positions(model)  # (max_positions, D)
 
@@ -280,7 +283,7 @@ class CTranslate2Engine:
                prefixes: list[list[int]] | None = None,
                lines: list[int] | None = None) -> list[list[Hypothesis]]:
         """`lines` goes unused: CTranslate2 samples from one stream per call (`_sample`)."""
-        tokens = [[self.src_pieces[i] for i in ids] for ids in sources]
+        tokens = self._source_tokens(sources)
         prefixes = prefixes if prefixes and any(prefixes) else None
         forced = None if prefixes is None else [[self.tgt_pieces[i] for i in p] for p in prefixes]
         # CTranslate2 caps lengths per batch, not per sentence: take the batch's largest
@@ -315,15 +318,26 @@ class CTranslate2Engine:
                    "it was exported (decode.alignment_layer of the model's recipe)")
             raise ConfigError(f"{self.model_dir}: this CTranslate2 model {why}; or use "
                               "--engine torch with the mtkit model file")
-        tokens = [[self.src_pieces[i] for i in ids] for ids in sources]
+        tokens = self._source_tokens(sources)
         forced = [[self.tgt_pieces[i] for i in ids] for ids in targets]
         # one cap for the batch: a shorter target's search goes on after it, unread
         results = self.translator_for(len(sources)).translate_batch(
             tokens, target_prefix=forced, beam_size=1, return_attention=True,
             max_decoding_length=max(len(t) for t in targets), min_decoding_length=0,
             max_batch_size=0)
+        specials = self.tokenizer.specials
         return [torch.tensor(np.asarray(r.attention[0], dtype=np.float32)[: len(t)])
-                for r, t in zip(results, targets, strict=True)]
+                [:, specials.source_positions(len(s))[:-1]]  # the ids' order, EOS left out
+                for r, s, t in zip(results, sources, targets, strict=True)]
+
+    def _source_tokens(self, sources: list[list[int]]) -> list[list[str]]:
+        """Each source's pieces as CTranslate2 takes them: without </s>, which it appends
+        (the export's add_source_eos), unless the model reads its language token after
+        </s> (`SpecialIds.tag_after_eos`): then whole, as mtkit's encoder reads it."""
+        specials = self.tokenizer.specials
+        ended = (specials.source_input(ids) if specials.tag_after_eos else ids
+                 for ids in sources)
+        return [[self.src_pieces[i] for i in ids] for ids in ended]
 
     def _hypotheses(self, found: list[tuple[list[str], float]], lenpen: float, cap: int,
                     prefix_logprob: float, ranked: bool) -> list[Hypothesis]:
@@ -351,7 +365,7 @@ class CTranslate2Engine:
         return out
 
     def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
-        return self._score_pieces([[self.src_pieces[i] for i in ids] for ids in sources],
+        return self._score_pieces(self._source_tokens(sources),
                                   [[self.tgt_pieces[i] for i in ids] for ids in targets])
 
     def _score_pieces(self, sources: list[list[str]], targets: list[list[str]]

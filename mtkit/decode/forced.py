@@ -29,7 +29,8 @@ class Forced:
     """One pair's pass: the target's T tokens, then EOS."""
 
     token_logprobs: Tensor  # (T + 1,) fp32 natural-log probabilities, EOS last
-    # the cross-attention of each layer asked for, over the source's S tokens and its EOS:
+    # the cross-attention of each layer asked for, over the source's S tokens (in the ids'
+    # order, whatever order the encoder read them in) and its EOS:
     # (layers, T + 1, S + 1) heads averaged, or (layers, heads, T + 1, S + 1); None if none
     attention: Tensor | None
 
@@ -40,8 +41,9 @@ class Forced:
 
 
 def pad_sources(sources: Sequence[Sequence[int]], specials: SpecialIds) -> Tensor:
-    """Append eos and right-pad: (batch, longest + 1)."""
-    return _padded([list(ids) + [specials.eos] for ids in sources], specials.pad)
+    """End each source with eos (`SpecialIds.source_input`) and right-pad:
+    (batch, longest + 1)."""
+    return _padded([specials.source_input(ids) for ids in sources], specials.pad)
 
 
 def _padded(rows: list[list[int]], pad: int) -> Tensor:
@@ -86,7 +88,8 @@ def forced_pass(models: Sequence[Transformer], sources: Sequence[Sequence[int]],
     out, start = [], 0
     for row, (src_ids, ids) in enumerate(zip(sources, targets, strict=True)):
         count = len(ids) + 1
-        pair_attn = None if attn is None else attn[:, row, ..., :count, : len(src_ids) + 1]
+        columns = specials.source_positions(len(src_ids))  # (S + 1,) the ids' order, EOS
+        pair_attn = None if attn is None else attn[:, row, ..., :count, columns]
         out.append(Forced(token_lps[start : start + count].cpu(),
                           None if pair_attn is None else pair_attn.cpu()))
         start += count

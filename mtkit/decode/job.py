@@ -70,14 +70,9 @@ def translate_job(job: TranslateJob) -> Stats | None:
     translator = Translator.load(
         job.models, device=device, threads=job.threads, quantize=job.quantize,
         engine=job.engine, max_tokens=job.max_tokens, option_names=OPTION_NAMES,
+        tag=job.tag, src_lang=job.langs[0], tgt_lang=job.langs[1],
         **dataclasses.asdict(job.decode),
-    )
-    # a tag or a language the model lacks: an error
-    translator.tokenizer = translator.tokenizer.tagged(job.tag).with_langs(
-        *job.langs, names=("--src-lang", "--tgt-lang"))
-    translator.document = dataclasses.replace(
-        translator.document, src_lang=job.langs[0] or translator.document.src_lang,
-        tgt_lang=job.langs[1] or translator.document.tgt_lang)
+    )  # a tag or a language the model lacks: an error
     translator.document = dataclasses.replace(translator.document, format=job.format)
     translator.checked_format(None)  # (a recipe's decode.nbest above 1: an error for html)
     if translator.document.split:

@@ -106,11 +106,8 @@ class Translator:
                  src_lang: str | None = None, tgt_lang: str | None = None):
         self.engine = engine
         self.tag = tag
-        # a tag or a language the model lacks: DataError
-        tokenizer = engine.tokenizer if tag is None else engine.tokenizer.tagged(tag)
-        if src_lang is not None or tgt_lang is not None:
-            tokenizer = tokenizer.with_langs(src_lang, tgt_lang)
-        self.tokenizer = tokenizer
+        # a tag the model lacks: DataError
+        self.tokenizer = engine.tokenizer if tag is None else engine.tokenizer.tagged(tag)
         settings = settings if settings is not None else engine.recipe.decode
         if settings.stop not in engine.stop_rules:
             log.warning("this engine stops %s: decode.stop %s does not apply",
@@ -122,9 +119,34 @@ class Translator:
         self.stats = Stats()
         langs = engine.recipe.data.langs
         self.document = DocumentOptions(
-            split=settings.split, src_lang=src_lang or langs.src, tgt_lang=tgt_lang or langs.tgt,
+            split=settings.split, src_lang=langs.src, tgt_lang=langs.tgt,
             protection=protection(settings.protect, settings.protect_rules,
                                   settings.protect_regex))
+        self.choose_langs(src_lang, tgt_lang)
+
+    def choose_langs(self, src_lang: str | None, tgt_lang: str | None,
+                     names: tuple[str, str] = ("src_lang", "tgt_lang")) -> None:
+        """A multilingual model's pair for the calls that name none, from now on (None
+        keeps that side's); DataError for a code the model lacks, or any code for a model
+        of one pair, naming the options `names`."""
+        if src_lang is None and tgt_lang is None:
+            return
+        self.tokenizer = self.tokenizer.with_langs(src_lang, tgt_lang, names)
+        self.document = dataclasses.replace(
+            self.document, src_lang=src_lang or self.document.src_lang,
+            tgt_lang=tgt_lang or self.document.tgt_lang)
+
+    @property
+    def chosen_langs(self) -> tuple[str | None, str | None]:
+        """A multilingual model's pair for calls that name none, as `choose_langs` takes
+        it; (None, None) for a model of one pair."""
+        return self.tokenizer.langs or (None, None)
+
+    @property
+    def langs(self) -> tuple[str, str]:
+        """The pair a call that names none translates: the chosen one, else the model's."""
+        langs = self.engine.recipe.data.langs
+        return self.tokenizer.langs or (langs.src, langs.tgt)
 
     @classmethod
     def load(
@@ -165,7 +187,11 @@ class Translator:
             raise ConfigError(f"{flag} {settings.stop}: this engine stops only "
                               f"{' or '.join(loaded.stop_rules)}; use --engine torch")
         # a recipe's stop the engine lacks: a warning
-        return cls(loaded, settings, max_tokens, tag, src_lang, tgt_lang)
+        translator = cls(loaded, settings, max_tokens, tag)
+        names = option_names or {}
+        translator.choose_langs(src_lang, tgt_lang, (names.get("src_lang", "src_lang"),
+                                                     names.get("tgt_lang", "tgt_lang")))
+        return translator
 
     @overload
     def translate(self, lines: str, prefixes: str | None = None, src_lang: str | None = None,

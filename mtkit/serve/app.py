@@ -118,7 +118,8 @@ def decoder(translator: Translator) -> Callable[[Any, list[Any]], list[Any]]:
         mine = getattr(own, "translator", None)
         if mine is None:
             mine = own.translator = Translator(translator.engine, settings,
-                                               translator.max_tokens, tag=translator.tag)
+                                               translator.max_tokens, translator.tag,
+                                               *translator.chosen_langs)
         mine.settings = settings
         found: list[list[Hypothesis]] = [[] for _ in lines]
         for pair in dict.fromkeys(line.pair for line in lines):  # a search per language pair
@@ -161,9 +162,9 @@ class Service:
         return lengths, truncated
 
     def langs(self, pair: tuple[str | None, str | None] = (None, None)) -> tuple[str, str]:
-        """The languages a request translates between: its pair's, else the model's."""
-        langs = self.translator.engine.recipe.data.langs
-        return pair[0] or langs.src, pair[1] or langs.tgt
+        """The languages a request translates between: its pair's, else the server's."""
+        src, tgt = self.translator.langs
+        return pair[0] or src, pair[1] or tgt
 
     def encode_pairs(self, request: ScoreRequest) -> tuple[list[tuple[list[int], list[int]]],
                                                            str | None]:
@@ -171,7 +172,8 @@ class Service:
         else the server's); 422 for a tag the model lacks or a side over its length."""
         tag = request.tag if request.tag is not None else self.translator.tag
         try:
-            tokenizer = self.translator.engine.tokenizer.tagged(tag)
+            tokenizer = self.translator.engine.tokenizer.tagged(tag).with_langs(
+                *self.translator.chosen_langs)
             src, tgt, long = encode_pairs(tokenizer, request.sources, request.targets,
                                           self.translator.max_source)
         except DataError as exc:
@@ -194,8 +196,8 @@ def models_answer(translator: Translator, names: list[str], limits: Limits,
             "id": "+".join(names),
             "files": names,
             "engine": engine.name,
-            "source": recipe.data.langs.src,
-            "target": recipe.data.langs.tgt,
+            "source": translator.langs[0],  # the pair of requests that name none
+            "target": translator.langs[1],
             "architecture": {key: getattr(recipe.model, key) for key in ARCHITECTURE},
             "vocabulary": {"src": translator.tokenizer.src_vocab_size,
                            "tgt": translator.tokenizer.tgt_vocab_size,

@@ -43,6 +43,8 @@ class ServeOptions:
     port: int = 8000  # 0: any free port (the log line says which)
     decode: DecodeChoices = DecodeChoices()  # as translate's
     tag: str | None = None  # a corpus tag to start every line with
+    src_lang: str | None = None  # a multilingual model's pair for requests that name none
+    tgt_lang: str | None = None  # (None: the model's default)
     quantize: str = "none"
     device: str = "auto"
     threads: int = 0  # torch threads of each worker; 0: the cores shared among the workers
@@ -144,8 +146,8 @@ def serve_here(options: ServeOptions, sock: socket.socket, report: Any = None) -
     _forward_uvicorn_logs()
     if options.workers > 1 and report is None:  # before the line that says the server is up
         log.info("%d model workers, %d threads each", options.workers, threads)
-    langs = service.translator.engine.recipe.data.langs
-    served = f"{' + '.join(map(str, options.models))} ({langs.src} -> {langs.tgt})"
+    src, tgt = service.translator.langs
+    served = f"{' + '.join(map(str, options.models))} ({src} -> {tgt})"
     if report is None:
         log.info("serving %s on %s (page /, API docs /docs)", served, _address(sock))
     else:
@@ -175,11 +177,12 @@ def _service(options: ServeOptions, threads: int) -> Service:
     loaded = Translator.load(
         options.models, device=options.device, threads=threads,
         quantize=options.quantize, engine=options.engine, max_tokens=options.max_tokens,
-        option_names=OPTION_NAMES, tag=options.tag, **dataclasses.asdict(options.decode),
-    )
+        option_names=OPTION_NAMES, tag=options.tag, src_lang=options.src_lang,
+        tgt_lang=options.tgt_lang, **dataclasses.asdict(options.decode),
+    )  # a language the model lacks, or any for a model of one pair: an error
     metrics = ServeMetrics()
     translator = Translator(MeteredEngine(loaded.engine, metrics), loaded.settings,
-                            options.max_tokens, tag=options.tag)
+                            options.max_tokens, options.tag, *loaded.chosen_langs)
     models = models_answer(loaded, [str(p) for p in options.models], options.limits,
                            options.api_key, options.batch_window_ms)
     batcher = Batcher(decoder(translator), window=options.batch_window_ms / 1000,

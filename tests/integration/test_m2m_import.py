@@ -1,11 +1,13 @@
 """`mtkit import` of M2M100 and NLLB models, exact against `transformers` (the reference):
-tiny random models built in the test (tests/hf_m2m.py), both tokenizer formats.
+tiny random models built in the test (tests/hf_m2m.py), both tokenizer formats, and NLLB's
+with legacy_behaviour (sources `pieces </s> [src]`, as NllbTokenizer writes them then).
 
 Teacher-forced log-probabilities within 1e-4; greedy equal to generate() with
 forced_bos_token_id (the target language); beam 4 equal at length penalty 0; the
 training loss of one batch (labels `[tgt] y </s>`, decoder inputs `</s> [tgt] y`) equal to
 model(..., labels=...).loss; the tokenizer equal to M2M100Tokenizer, and to fairseq's
-offset for NLLB.
+offset for NLLB, NllbTokenizer's layout of the language token and eos around a source's
+pieces; a CTranslate2 export decoding, scoring and aligning as the bundle does.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from mtkit.config import DecodeConfig
 from mtkit.convert.importer import import_model, read_model
 from mtkit.data.batching import make_batch
 from mtkit.decode.engine import TorchEngine
+from mtkit.decode.forced import pad_sources
 from mtkit.errors import CheckpointError, DataError
 from mtkit.model.checkpoint import load_checkpoint
 from mtkit.model.loss import label_smoothed_nll
@@ -35,16 +38,34 @@ LINES = (DATA / "dev.es").read_text(encoding="utf-8").splitlines()[:10]
 TARGETS = (DATA / "dev.en").read_text(encoding="utf-8").splitlines()[:10]
 
 
-@pytest.fixture(scope="module", params=["m2m100", "nllb"])
+@pytest.fixture(scope="module", params=["m2m100", "nllb", "legacy"])
 def m2m(request, tmp_path_factory):
-    """(directory, reference model, imported bundle) for one tokenizer format."""
-    out = build_m2m(tmp_path_factory.mktemp("m2m") / request.param, request.param)
+    """(directory, reference model, imported bundle) for one tokenizer format (legacy: NLLB's
+    with legacy_behaviour true)."""
+    kind = "m2m100" if request.param == "m2m100" else "nllb"
+    out = build_m2m(tmp_path_factory.mktemp("m2m") / request.param, kind,
+                    legacy=request.param == "legacy")
     return out, load_reference(out), read_model(out)
 
 
 def sources(tokenizer) -> torch.Tensor:
-    eos = tokenizer.specials.eos
-    return padded([ids + [eos] for ids in tokenizer.encode_src(LINES)], tokenizer.specials.pad)
+    """LINES as mtkit's encoder reads them (padded, with eos and the language token)."""
+    return pad_sources(tokenizer.encode_src(LINES), tokenizer.specials)
+
+
+def nllb_sources(directory: Path, tokenizer) -> tuple[list[list[int]], torch.Tensor]:
+    """NllbTokenizer's own encoding of LINES, its tokens as the model's ids: (as mtkit
+    takes sources, `[src] pieces`; as NllbTokenizer lays them out, padded). For this tiny
+    model its conversion to a `tokenizers` BPE segments otherwise than SentencePiece and
+    numbers the added tokens otherwise than fairseq (so than the model), so mtkit's pieces
+    are checked against SentencePiece's, and the layout around them against NllbTokenizer's."""
+    reference = transformers.NllbTokenizer.from_pretrained(directory)
+    index, s = tokenizer.vocab.index("src"), tokenizer.specials
+    theirs = [[index.get(t, s.unk) for t in reference.convert_ids_to_tokens(row)]
+              for row in reference(LINES).input_ids]
+    lang = tokenizer.source_tag
+    ids = [[lang, *(i for i in row if i not in (lang, s.eos))] for row in theirs]
+    return ids, padded(theirs, s.pad)
 
 
 def test_the_tokenizer_is_the_references(m2m):
@@ -76,28 +97,41 @@ def test_the_tokenizer_is_the_references(m2m):
             assert ids == [spa, *expected]
         known = [[i for i in proc.encode(t) if i] for t in TARGETS]  # <unk> left out
         assert tok.decode_tgt(tok.encode_tgt(TARGETS)) == [proc.decode(ids) for ids in known]
+        ids, theirs = nllb_sources(directory, tok)
+        assert torch.equal(pad_sources(ids, tok.specials), theirs)
+        legacy = directory.name == "legacy"
+        assert tok.specials.tag_after_eos == legacy
+        assert theirs[0, len(ids[0]) - 1:len(ids[0]) + 1].tolist() == (
+            [eos, spa] if legacy else [ids[0][-1], eos])
     assert tok.encode_src(LINES * 7) == tok.encode_src(LINES) * 7  # batched (>= 64 lines)
 
 
 def test_teacher_forced_log_probs_match(m2m):
-    _, reference, bundle = m2m
+    directory, reference, bundle = m2m
     assert_log_probs_match(reference, bundle, sources(bundle.tokenizer()), TARGETS)
+    if not (directory / "vocab.json").is_file():  # NLLB: also from NllbTokenizer's ids
+        assert_log_probs_match(reference, bundle, nllb_sources(directory, bundle.tokenizer())[1],
+                               TARGETS)
 
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_search_equals_generate(m2m, beam):
     """The target language forced first (mtkit: a forced prefix; generate():
-    forced_bos_token_id), then free; </s> may end a hypothesis."""
-    _, reference, bundle = m2m
+    forced_bos_token_id), then free; </s> may end a hypothesis. NLLB: from the sources
+    as NllbTokenizer lays them out."""
+    directory, reference, bundle = m2m
     tok = bundle.tokenizer()
     engine = TorchEngine([bundle.model(tok)], tok, bundle.recipe)
     settings = DecodeConfig(beam=beam, lenpen=0.0, max_len_a=0.0, max_len_b=CAP)
     lang = list(tok.target_start)
-    found = engine.search(tok.encode_src(LINES), settings, prefixes=[lang] * len(LINES))
+    ids, src = tok.encode_src(LINES), sources(tok)
+    if not (directory / "vocab.json").is_file():
+        ids, src = nllb_sources(directory, tok)
+    found = engine.search(ids, settings, prefixes=[lang] * len(LINES))
     ours = [hyps[0].tokens for hyps in found]
     assert all(row[:1] == lang for row in ours)
     s = tok.specials
-    theirs = _generated(reference, sources(tok), s.pad, s.eos, num_beams=beam,
+    theirs = _generated(reference, src, s.pad, s.eos, num_beams=beam,
                         length_penalty=0.0, forced_bos_token_id=lang[0],
                         bad_words_ids=[[s.pad]])
     assert ours == theirs
@@ -154,6 +188,7 @@ def test_training_loss_equals_the_references(m2m):
     pairs = _Pairs(tok.encode_src(LINES), tok.encode_tgt(TARGETS))
     batch = make_batch(pairs, list(range(len(LINES))), tok.specials)
     pad = tok.specials.pad
+    assert torch.equal(batch.src, sources(tok))  # as the search and forced passes read them
     assert (batch.tgt_in[:, 0] == tok.specials.eos).all()
     assert (batch.tgt_in[:, 1] == tok.target_start[0]).all()
     assert (batch.tgt_out[:, 0] == tok.target_start[0]).all()
@@ -175,7 +210,36 @@ def test_the_bundle_round_trips(m2m, tmp_path):
     assert loaded.imported.format == "m2m_100"
     assert (loaded.recipe.data.langs.src, loaded.recipe.data.langs.tgt) == (codes[1], codes[0])
     assert loaded.tokenizer().langs == (codes[1], codes[0])
+    assert loaded.tokenizer().specials == bundle.tokenizer().specials  # tag_after_eos too
     assert loaded.recipe.model.position_layout == "fairseq"
+
+
+def test_the_ctranslate2_export_decodes_scores_and_aligns_alike(m2m, tmp_path):
+    """The export of each tokenizer format (legacy: sources given whole, the language
+    token after </s>): greedy with the target language forced first equal, the scores and
+    the alignment layer's attention close (float32)."""
+    pytest.importorskip("ctranslate2")
+    from mtkit.decode import ct2
+
+    directory, _, _ = m2m
+    import_model(directory, tmp_path / "model.pt")
+    ct2.export(tmp_path / "model.pt", tmp_path / "ct2", "float32")
+    ours = TorchEngine.load([tmp_path / "model.pt"])
+    theirs = ct2.CTranslate2Engine(tmp_path / "ct2", "cpu", threads=1)
+    tok = ours.tokenizer
+    assert theirs.tokenizer.specials == tok.specials
+    src, lang = tok.encode_src(LINES), list(tok.target_start)
+    settings = DecodeConfig(beam=1, max_len_a=0.0, max_len_b=CAP)
+    found = [[hyps[0].tokens for hyps in engine.search(src, settings, prefixes=[lang] * len(src))]
+             for engine in (ours, theirs)]
+    assert found[0] == found[1]
+    targets = [row[1:] or [lang[0]] for row in found[0]]  # the language token: no word of it
+    for a, b in zip(ours.score(src, targets), theirs.score(src, targets), strict=True):
+        assert a == pytest.approx(b, abs=1e-3)
+    layer = theirs.alignment_layer
+    for a, b in zip(ours.cross_attention(src, targets, layer),
+                    theirs.cross_attention(src, targets, layer), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-3, rtol=0)
 
 
 # --------------------------------------------------------------------------- bad input
@@ -191,13 +255,10 @@ BAD = [
      "nllb-moe-54b"),
     (_truncate, "truncated or damaged safetensors file"),
     (lambda c: (c / "tokenizer_config.json").write_text("{}"), "lists no language tokens"),
-    (lambda c: (c / "tokenizer_config.json").write_text('{"legacy_behaviour": true}'),
-     "legacy_behaviour true"),
 ]
 
 
-@pytest.mark.parametrize(("edit", "message"), BAD,
-                         ids=["moe", "truncated", "no-languages", "legacy"])
+@pytest.mark.parametrize(("edit", "message"), BAD, ids=["moe", "truncated", "no-languages"])
 def test_bad_input_is_one_line_and_writes_nothing(m2m, tmp_path, edit, message):
     directory, _, _ = m2m
     expect_refused_import(directory, tmp_path, edit, message)

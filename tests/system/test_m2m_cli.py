@@ -1,8 +1,9 @@
 """The whole path for a multilingual model (M2M100, NLLB), as a user runs it on a tiny
 one: `mtkit import --src-lang --tgt-lang`, `info` listing the languages, `translate` with
 the pair chosen per call (and equal to the Python API), fine-tuning through
-train.init_from, `export --format ctranslate2` decoding alike, and `serve` choosing the
-language tokens from a LibreTranslate request's source and target."""
+train.init_from, `export --format ctranslate2` decoding alike, `serve` choosing the
+language tokens from a LibreTranslate request's source and target, or by default from
+`serve --src-lang --tgt-lang`; an NLLB directory with legacy_behaviour the same way."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from builders import DATA
 from hf_m2m import build_m2m
 from test_serve import start_server, stop
 
+from mtkit import Translator
 from mtkit.model.checkpoint import load_checkpoint
 
 pytest.importorskip("transformers")
@@ -44,8 +46,6 @@ def test_info_lists_the_languages(imported, mtkit_cli):
 
 
 def test_translate_chooses_the_pair_as_the_python_api(imported, mtkit_cli):
-    from mtkit import Translator
-
     translator = Translator.load(imported / "imported.pt", beam=1)
     for flags, pair in (([], {}), (["--tgt-lang", "eng_Latn"], {"tgt_lang": "eng_Latn"}),
                         (["--src-lang", "deu_Latn", "--tgt-lang", "spa_Latn"],
@@ -123,10 +123,73 @@ def test_serve_chooses_the_languages_per_request(imported, mtkit_cli):
         stop(server)
 
 
-def test_a_pair_for_a_model_of_one_pair_is_one_line(tiny_run, tmp_path, mtkit_cli):
-    (tmp_path / "in.txt").write_text("hola\n")
-    done = mtkit_cli(["translate", "-m", tiny_run.model, "-i", "in.txt", "--tgt-lang", "fr"],
+def test_serve_translates_the_chosen_pair_by_default(imported, mtkit_cli):
+    """`serve --src-lang --tgt-lang`: a request that names no language (/v1/translate), or
+    only the target (LibreTranslate's source auto), gets that pair, as `translate` with the
+    same flags; /v1/models, which the page reads, says so."""
+    pair = ["--src-lang", "deu_Latn", "--tgt-lang", "eng_Latn"]
+    expected = {}
+    for split in ([], ["--split"]):
+        done = mtkit_cli(["translate", "-m", "imported.pt", "-i", "dev.es", *pair, *split],
+                         cwd=imported)
+        assert done.returncode == 0, done.stderr
+        expected[bool(split)] = done.stdout.splitlines()
+    assert expected[False] != mtkit_cli(["translate", "-m", "imported.pt", "-i", "dev.es"],
+                                        cwd=imported).stdout.splitlines()
+    server = start_server(imported, imported / "imported.pt", *pair)
+    try:
+        assert "(deu_Latn -> eng_Latn)" in server.stderr()
+        status, answer = server.post("/v1/translate", {"text": DEV})
+        assert status == 200, answer
+        assert [item["text"] for item in answer["translations"]] == expected[False]
+        status, answer = server.post("/translate", {"q": DEV, "source": "auto",
+                                                    "target": "eng_Latn"})
+        assert status == 200, answer
+        assert answer["translatedText"] == expected[True]
+        status, _, body = server.request("GET", "/v1/models")
+        model = json.loads(body)["models"][0]
+        assert (model["source"], model["target"]) == ("deu_Latn", "eng_Latn")
+        status, answer = server.post("/v1/score", {"pairs": [[DEV[0], expected[False][0]]]})
+        assert status == 200, answer
+        translator = Translator.load(imported / "imported.pt", src_lang="deu_Latn",
+                                     tgt_lang="eng_Latn")
+        alone = translator.score(DEV[0], expected[False][0]).total
+        assert answer["scores"][0]["total"] == pytest.approx(alone, abs=1e-4)
+    finally:
+        stop(server)
+
+
+def test_a_legacy_nllb_model_translates_and_exports_as_the_python_api(tmp_path, mtkit_cli):
+    """NLLB with legacy_behaviour (sources `pieces </s> [src]`): imported, `translate` with
+    a pair chosen per run as the Python API, and its CTranslate2 export alike."""
+    directory = build_m2m(tmp_path / "legacy", "nllb", legacy=True)
+    done = mtkit_cli(["import", directory, "-o", "legacy.pt"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "dev.es").write_text("\n".join(DEV) + "\n")
+    # one cap for every sentence: CTranslate2 caps a batch, mtkit each sentence
+    caps = {"beam": 1, "max_len_a": 0.0, "max_len_b": 12}
+    translator = Translator.load(tmp_path / "legacy.pt", **caps)
+    flags = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "12"]
+    pair = ["--src-lang", "deu_Latn", "--tgt-lang", "fra_Latn"]
+    ours = mtkit_cli(["translate", "-m", "legacy.pt", "-i", "dev.es", *flags, *pair],
                      cwd=tmp_path)
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.splitlines() == translator.translate(DEV, src_lang="deu_Latn",
+                                                            tgt_lang="fra_Latn")
+    pytest.importorskip("ctranslate2")
+    exported = mtkit_cli(["export", "-m", "legacy.pt", "-o", "ct2", "--quantize", "float32"],
+                         cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    theirs = mtkit_cli(["translate", "-m", "ct2", "-i", "dev.es", *flags, *pair], cwd=tmp_path)
+    assert theirs.returncode == 0, theirs.stderr
+    assert theirs.stdout == ours.stdout
+
+
+@pytest.mark.parametrize("command", ["translate", "serve"])
+def test_a_pair_for_a_model_of_one_pair_is_one_line(command, tiny_run, tmp_path, mtkit_cli):
+    (tmp_path / "in.txt").write_text("hola\n")
+    args = ["-i", "in.txt"] if command == "translate" else ["--port", "0"]
+    done = mtkit_cli([command, "-m", tiny_run.model, *args, "--tgt-lang", "fr"], cwd=tmp_path)
     assert done.returncode == 2
     assert done.error_lines() == ["mtkit: error: --src-lang/--tgt-lang: this model translates "
                                   "one language pair; a pair is chosen only for a "

@@ -10,6 +10,8 @@ from mtkit.data.batching import BatchSampler, make_batch, token_batches
 from mtkit.data.binarize import binarize
 from mtkit.data.dataset import ParallelData
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SpecialIds, Tokenizer
+from mtkit.decode.forced import pad_sources
+from mtkit.decode.search import source_lengths
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +153,42 @@ def test_make_batch_takes_the_special_ids_it_is_given(specials: SpecialIds) -> N
     batch = make_batch(data, [0, 1], specials)
     pad, eos, start = specials.pad, specials.eos, specials.start
     assert batch.src.tolist() == [[5, 6, 7, eos], [8, eos, pad, pad]]
+    assert torch.equal(batch.src, pad_sources([[5, 6, 7], [8]], specials))
     assert batch.tgt_out.tolist() == [[4, 5, eos, pad], [6, 7, 8, eos]]
     assert batch.tgt_in.tolist() == [[start, 4, 5, pad], [start, 6, 7, 8]]
     assert batch.ntokens == 7
+
+
+class LinkedPairs(ListPairs):
+    def __init__(self, src: list[list[int]], tgt: list[list[int]],
+                 links: list[list[tuple[int, int]]]) -> None:
+        super().__init__(src, tgt)
+        self._links = links
+
+    def links(self, i: int) -> np.ndarray:
+        return np.array(self._links[i], dtype=np.int64).reshape(-1, 2)
+
+
+def test_a_language_token_after_eos_survives_the_cut_and_moves_the_links() -> None:
+    """NLLB's legacy_behaviour (tag_after_eos): sources `[lang] pieces` are read as
+    `pieces </s> [lang]`, cut to max_len before the move (the language token kept), and a
+    link's source position follows its piece to where the encoder reads it."""
+    specials = SpecialIds(pad=1, unk=3, start=2, eos=2, tag_after_eos=True)
+    lang = 40
+    assert specials.source_input([lang, 5, 6]) == [5, 6, 2, lang]
+    assert specials.source_input([]) == [2]
+    ended = specials.source_input([lang, 5, 6])
+    assert [ended[p] for p in specials.source_positions(3)] == [lang, 5, 6, 2]
+    plain = SpecialIds(pad=1, unk=3, start=2, eos=2)
+    assert plain.source_positions(3) == [0, 1, 2, 3]
+    data = LinkedPairs(src=[[lang, 5, 6, 7], [lang, 8]], tgt=[[4, 5], [6]],
+                       links=[[(1, 0), (3, 1)], [(1, 0)]])
+    batch = make_batch(data, [0, 1], specials, max_len=3, links=True)
+    assert batch.src.tolist() == [[5, 6, 2, lang], [8, 2, lang, 1]]
+    # piece 5 (source position 1) is read at 0; piece 7 was cut, its link with it
+    assert batch.links.tolist() == [[0, 0, 0], [1, 0, 0]]
+    assert torch.equal(batch.src, pad_sources([[lang, 5, 6], [lang, 8]], specials))
+    # the search's length caps count the same real tokens in either order
+    for either in (specials, plain):
+        lengths = source_lengths(pad_sources([[lang, 5, 6], [lang]], either), either)
+        assert lengths.tolist() == [3, 1]
