@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from mtkit.data.tokenizer import Tokenizer
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.files.textio import file_fingerprint, read_json, read_json_lines
 from mtkit.model.checkpoint import (
@@ -78,6 +79,9 @@ class ModelInfo:
     tags: tuple[str, ...]  # the corpus tags the source vocabulary holds (translate --tag)
     # a multilingual model's language codes (translate --src-lang/--tgt-lang); langs its default
     languages: tuple[str, ...]
+    # where a source's language token goes: "[src_lang] pieces </s>", or "pieces </s>
+    # [src_lang]" (NLLB's legacy_behaviour); "" for a model of one pair
+    source_layout: str
     decode: dict[str, Any]  # the recipe's decode settings named in DECODE
     trained: Trained | None  # None: not recorded (bundles of older versions)
     resumable: bool
@@ -102,7 +106,8 @@ class ModelInfo:
                      "mtkit_version": self.mtkit_version or None,
                      "format_version": self.format_version},
             "languages": {**dict(zip(("src", "tgt"), self.langs)),
-                          "choices": list(self.languages)},
+                          "choices": list(self.languages),
+                          "source_layout": self.source_layout or None},
             "architecture": self.architecture,
             "parameters": self.parameters,
             "vocabulary": {"src": self.vocab[0], "tgt": self.vocab[1], "joint": self.joint,
@@ -128,6 +133,7 @@ class ModelInfo:
         vocab = "joint" if self.joint else "separate"
         choices = f" (by default; any two of {len(self.languages)}: {', '.join(self.languages)})"
         model = [("languages", " -> ".join(self.langs) + (choices if self.languages else "")),
+                 *([("sources", self.source_layout)] if self.source_layout else []),
                  ("layers", f"{a['enc_layers']} encoder, {a['dec_layers']} decoder"),
                  *((key, str(a[key])) for key in ARCHITECTURE[2:]),
                  ("parameters", f"{self.parameters:,}"),
@@ -224,6 +230,7 @@ def model_info(path: str | Path) -> ModelInfo:
                     else "explicit vocabulary"),
         tags=tokenizer.tags,
         languages=tokenizer.languages,
+        source_layout=_source_layout(tokenizer),
         decode={key: getattr(recipe.decode, key) for key in DECODE},
         trained=bundle.trained,
         resumable=bundle.train_state is not None,
@@ -305,4 +312,10 @@ def run_info(paths: RunPaths, model_path: Path) -> RunInfo:
     )
 
 
-
+def _source_layout(tokenizer: Tokenizer) -> str:
+    """Where a multilingual model's sources carry their language token ("" for others)."""
+    if not tokenizer.languages:
+        return ""
+    if tokenizer.specials.tag_after_eos:
+        return "pieces </s> [src_lang] (NLLB legacy_behaviour)"
+    return "[src_lang] pieces </s>"

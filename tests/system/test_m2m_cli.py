@@ -40,9 +40,11 @@ def test_info_lists_the_languages(imported, mtkit_cli):
     assert shown.returncode == 0, shown.stderr
     languages = json.loads(shown.stdout)["languages"]
     assert languages == {"src": "spa_Latn", "tgt": "fra_Latn",
-                         "choices": ["eng_Latn", "fra_Latn", "spa_Latn", "deu_Latn"]}
+                         "choices": ["eng_Latn", "fra_Latn", "spa_Latn", "deu_Latn"],
+                         "source_layout": "[src_lang] pieces </s>"}
     text = mtkit_cli(["info", "imported.pt"], cwd=imported).stdout
     assert "spa_Latn -> fra_Latn (by default; any two of 4:" in text
+    assert "[src_lang] pieces </s>" in text
 
 
 def test_translate_chooses_the_pair_as_the_python_api(imported, mtkit_cli):
@@ -165,6 +167,9 @@ def test_a_legacy_nllb_model_translates_and_exports_as_the_python_api(tmp_path, 
     directory = build_m2m(tmp_path / "legacy", "nllb", legacy=True)
     done = mtkit_cli(["import", directory, "-o", "legacy.pt"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    shown = mtkit_cli(["info", "legacy.pt", "--json"], cwd=tmp_path)
+    assert json.loads(shown.stdout)["languages"]["source_layout"] == \
+        "pieces </s> [src_lang] (NLLB legacy_behaviour)"
     (tmp_path / "dev.es").write_text("\n".join(DEV) + "\n")
     # one cap for every sentence: CTranslate2 caps a batch, mtkit each sentence
     caps = {"beam": 1, "max_len_a": 0.0, "max_len_b": 12}
