@@ -172,21 +172,7 @@ class Translator:
         set_threads(threads)
         loaded = load_engine([model_file(Path(p)) for p in paths], engine, quantize,
                              resolve_device(device), threads)
-        unknown = sorted(set(decode) - {f.name for f in dataclasses.fields(DecodeConfig)})
-        if unknown:
-            raise ConfigError(f"Translator.load: unknown decode setting(s) {', '.join(unknown)}")
-        where = "command line" if option_names else "Translator.load"
-        settings = replace_checked(loaded.recipe.decode, decode, option_names, where=where)
-        depth = loaded.recipe.model.dec_layers
-        if settings.alignment_index(depth) is None:  # given here: the recipe's was checked
-            flag = (option_names or {}).get("alignment_layer", "alignment_layer")
-            raise ConfigError(settings.alignment_layer_error(depth).replace(
-                "decode.alignment_layer", flag))
-        if decode.get("stop") is not None and settings.stop not in loaded.stop_rules:
-            flag = (option_names or {}).get("stop", "stop")
-            raise ConfigError(f"{flag} {settings.stop}: this engine stops only "
-                              f"{' or '.join(loaded.stop_rules)}; use --engine torch")
-        # a recipe's stop the engine lacks: a warning
+        settings = _checked_settings(loaded, decode, option_names)
         translator = cls(loaded, settings, max_tokens, tag)
         names = option_names or {}
         translator.choose_langs(src_lang, tgt_lang, (names.get("src_lang", "src_lang"),
@@ -304,7 +290,7 @@ class Translator:
         layer = self.settings.alignment_index(depth)
         if layer is None:
             raise ConfigError(self.settings.alignment_layer_error(depth))
-        tokenizer = self._pair_tokenizer(src_lang, tgt_lang)
+        tokenizer = self.tokenizer.with_langs(src_lang, tgt_lang)
         todo = [i for i, line in enumerate(lines) if line.strip()]
         encoded = tokenizer.encode_src([lines[i] for i in todo]) if todo else []
         pairs = [(i, k) for i in todo for k in range(len(found[i]))]
@@ -329,7 +315,7 @@ class Translator:
         which keys its samples' random streams and names it in warnings; default: from
         `first_line` on (default: the lines translated so far). A multilingual model's
         target language token leads each hypothesis (forced, before the prefix)."""
-        tokenizer = self._pair_tokenizer(src_lang, tgt_lang)
+        tokenizer = self.tokenizer.with_langs(src_lang, tgt_lang)
         first_line = self.stats.sentences if first_line is None else first_line
         numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
         for given, what in ((prefixes, "prefixes"), (numbers, "line numbers")):
@@ -355,13 +341,6 @@ class Translator:
         self.stats.sentences += len(lines)
         self.stats.tokens += sum(len(r[0].tokens) for r in results)
         return results
-
-    def _pair_tokenizer(self, src_lang: str | None, tgt_lang: str | None) -> Tokenizer:
-        """The tokenizer for a multilingual model's pair of one call (None: the
-        translator's); an unknown code: DataError."""
-        if src_lang is None and tgt_lang is None:
-            return self.tokenizer
-        return self.tokenizer.with_langs(src_lang, tgt_lang)
 
     @overload
     def score(self, sources: str, targets: str) -> PairScore: ...
@@ -391,6 +370,27 @@ class Translator:
         multilingual model's language tokens left out)."""
         texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         return [t.replace("\r", " ").replace("\n", " ") for t in texts]
+
+
+def _checked_settings(engine: Engine, decode: dict[str, Any],
+                      option_names: dict[str, str] | None) -> DecodeConfig:
+    """The engine's recipe's decode settings with `decode` over them, checked; the errors
+    name `option_names`' flags where given (Translator.load)."""
+    unknown = sorted(set(decode) - {f.name for f in dataclasses.fields(DecodeConfig)})
+    if unknown:
+        raise ConfigError(f"Translator.load: unknown decode setting(s) {', '.join(unknown)}")
+    where = "command line" if option_names else "Translator.load"
+    settings = replace_checked(engine.recipe.decode, decode, option_names, where=where)
+    depth = engine.recipe.model.dec_layers
+    if settings.alignment_index(depth) is None:  # given here: the recipe's was checked
+        flag = (option_names or {}).get("alignment_layer", "alignment_layer")
+        raise ConfigError(settings.alignment_layer_error(depth).replace(
+            "decode.alignment_layer", flag))
+    if decode.get("stop") is not None and settings.stop not in engine.stop_rules:
+        flag = (option_names or {}).get("stop", "stop")
+        raise ConfigError(f"{flag} {settings.stop}: this engine stops only "
+                          f"{' or '.join(engine.stop_rules)}; use --engine torch")
+    return settings  # a recipe's stop the engine lacks: a warning (Translator())
 
 
 def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str] | None, todo: list[int],
