@@ -120,10 +120,8 @@ def translate(
         models=tuple(models), input_file=input_file, output_file=output_file,
         shard=Shard.parse(shard) if shard is not None else None,
         decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,
-                             temperature, seed, alignment_layer, split,
-                             False if no_protect else None,
-                             tuple(protect) if protect else None,
-                             tuple(protect_regex) if protect_regex else None),
+                             temperature, seed, alignment_layer,
+                             **_document_choices(split, no_protect, protect, protect_regex)),
         max_tokens=max_tokens, device=device, threads=threads, quantize=quantize,
         engine=engine, tag=tag, scores=scores, quiet=quiet, prefix_file=prefix,
         alignments=(alignment_unit or "word") if alignments else None,
@@ -221,6 +219,10 @@ def serve(
     temperature: float | None = TemperatureOpt,
     seed: int | None = SeedOpt,
     alignment_layer: int | None = AlignmentLayerOpt,
+    split: bool | None = SplitOpt,
+    no_protect: bool = NoProtectOpt,
+    protect: list[str] | None = ProtectOpt,
+    protect_regex: list[str] | None = ProtectRegexOpt,
     tag: str | None = TagOpt,
     src_lang: str | None = SrcLangOpt,
     tgt_lang: str | None = TgtLangOpt,
@@ -260,8 +262,18 @@ def serve(
     serve_forever(ServeOptions(
         models=tuple(models), host=host, port=port,
         decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,
-                             temperature, seed, alignment_layer), tag=tag,
+                             temperature, seed, alignment_layer,
+                             **_document_choices(split, no_protect, protect, protect_regex)),
+        tag=tag,
         src_lang=src_lang, tgt_lang=tgt_lang, quantize=quantize,
         device=device, threads=threads, workers=workers, processes=processes, engine=engine,
         max_tokens=max_tokens, batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,
     ))
+
+
+def _document_choices(split: bool | None, no_protect: bool, protect: list[str] | None,
+                      protect_regex: list[str] | None) -> dict[str, Any]:
+    """The document flags as DecodeChoices' fields (None: the model's recipe's)."""
+    return {"split": split, "protect": False if no_protect else None,
+            "protect_rules": tuple(protect) if protect else None,
+            "protect_regex": tuple(protect_regex) if protect_regex else None}

@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from mtkit.decode.choices import DecodeChoices
+from mtkit.document.split import require_splitter
 from mtkit.errors import ConfigError
 from mtkit.runtime.devices import threads_each
 from mtkit.serve.api import Limits
@@ -89,6 +90,8 @@ def check_options(options: ServeOptions) -> None:
                           f"{limits.max_queue}: such a request could never be queued")
     if options.api_key is not None and not options.api_key.strip():
         raise ConfigError("--api-key: empty; give a key, or leave the option out")
+    if options.decode.split:
+        require_splitter()  # rather than a 400 for every request that keeps the default
 
 
 def listen(host: str, port: int) -> socket.socket:

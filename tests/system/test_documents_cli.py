@@ -126,5 +126,8 @@ def test_bad_document_options_are_one_line_errors(reverse_model, tmp_path, mtkit
     split._sentencex.cache_clear()
     try:
         expect_error(mtkit_inprocess([*base, "--split"], tmp_path), "pip install 'mtkit[split]'")
+        # before the server loads the model or takes the port
+        expect_error(mtkit_inprocess(["serve", "-m", model, "--split", "--port", "0"], tmp_path),
+                     "pip install 'mtkit[split]'")
     finally:
         split._sentencex.cache_clear()

@@ -420,6 +420,24 @@ def test_every_decode_option_of_translate_and_a_run_directory(model, tmp_path):
         stop(server)
 
 
+def test_the_document_flags_of_translate_set_the_servers_defaults(model, tmp_path):
+    """serve --split, --protect, --protect-regex, --no-protect: a request that names none
+    of split/protect answers as translate with the same flags."""
+    lines = [*LINES, *PLACEHOLDER_LINES]
+    default = translate_cli(model, tmp_path, lines)
+    for options in ((*SPLIT, "--protect", "number", "--protect-regex", "ID-[0-9]+"),
+                    ("--no-protect",)):
+        reference = translate_cli(model, tmp_path, lines, *options)
+        assert reference != default, options  # the flags change what a request gets
+        server = start_server(tmp_path, model, *options)
+        try:
+            status, answer = server.post("/v1/translate", {"text": lines})
+            assert status == 200, answer
+            assert [line["text"] for line in answer["translations"]] == reference, options
+        finally:
+            stop(server)
+
+
 def test_two_workers_answer_as_translate_and_stop_cleanly(model, tmp_path, expected):
     """--workers 2: two model threads decode steps side by side (tests/unit's batcher
     tests show they do); every answer is still translate's, and SIGTERM still exits 0."""
