@@ -48,6 +48,22 @@ from mtkit.errors import ConfigError
 
 log = logging.getLogger("mtkit")
 
+# serve's own
+HostOpt = typer.Option("127.0.0.1", "--host", metavar="ADDRESS",
+                       help="Address to listen on (0.0.0.0: every interface).")
+PortOpt = typer.Option(8000, "--port", metavar="N",
+                       help="Port (0: any free one; the log says which).")
+MaxBodyBytesOpt = typer.Option(1_000_000, "--max-body-bytes", metavar="N",
+                               help="Request body size.")
+MaxLinesOpt = typer.Option(1000, "--max-lines", metavar="N", help="Lines per request.")
+MaxCharsOpt = typer.Option(10_000, "--max-chars", metavar="N", help="Characters per line.")
+MaxQueueOpt = typer.Option(4096, "--max-queue", metavar="N",
+                           help="Lines waiting for the model; a request beyond gets 503.")
+MaxBeamOpt = typer.Option(16, "--max-beam", metavar="N",
+                          help="The widest beam a request may ask for.")
+ApiKeyOpt = typer.Option(
+    None, "--api-key", metavar="KEY", envvar="MTKIT_API_KEY", show_envvar=True,
+    help="Answer translation requests only with this key (api_key or Authorization: Bearer).")
 TranslateThreadsOpt = typer.Option(
     0, "--threads", metavar="N", help="CPU threads. 0: chosen per batch (CTranslate2: one "
     "thread for small batches, all cores for large; torch: all cores). N: N intra-op threads."
@@ -205,10 +221,8 @@ def export(
 
 def serve(
     models: list[Path] = ModelsOpt,
-    host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", help="Address to "
-                             "listen on (0.0.0.0: every interface)."),
-    port: int = typer.Option(8000, "--port", metavar="N",
-                             help="Port (0: any free one; the log says which)."),
+    host: str = HostOpt,
+    port: int = PortOpt,
     beam: int | None = BeamOpt,
     lenpen: float | None = LenpenOpt,
     stop: str | None = StopOpt,
@@ -234,21 +248,12 @@ def serve(
     quantize: str = QuantizeOpt,
     engine: str = EngineOpt,
     batch_window_ms: float = BatchWindowOpt,
-    max_body_bytes: int = typer.Option(1_000_000, "--max-body-bytes", metavar="N",
-                                       help="Request body size."),
-    max_lines: int = typer.Option(1000, "--max-lines", metavar="N", help="Lines per request."),
-    max_chars: int = typer.Option(10_000, "--max-chars", metavar="N",
-                                  help="Characters per line."),
-    max_queue: int = typer.Option(
-        4096, "--max-queue", metavar="N",
-        help="Lines waiting for the model; a request beyond gets 503."
-    ),
-    max_beam: int = typer.Option(16, "--max-beam", metavar="N",
-                                 help="The widest beam a request may ask for."),
-    api_key: str | None = typer.Option(
-        None, "--api-key", metavar="KEY", envvar="MTKIT_API_KEY", show_envvar=True,
-        help="Answer translation requests only with this key (api_key or Authorization: Bearer)."
-    ),
+    max_body_bytes: int = MaxBodyBytesOpt,
+    max_lines: int = MaxLinesOpt,
+    max_chars: int = MaxCharsOpt,
+    max_queue: int = MaxQueueOpt,
+    max_beam: int = MaxBeamOpt,
+    api_key: str | None = ApiKeyOpt,
 ) -> None:
     """Serve the model over HTTP: LibreTranslate's /translate, /v1/translate, a page at /
     (needs the extra: pip install 'mtkit[serve]')."""
