@@ -290,7 +290,7 @@ class Translator:
         layer = self.settings.alignment_index(depth)
         if layer is None:
             raise ConfigError(self.settings.alignment_layer_error(depth))
-        tokenizer = self.tokenizer.with_langs(src_lang, tgt_lang)
+        tokenizer = _pair_tokenizer(self.tokenizer, src_lang, tgt_lang)
         todo = [i for i, line in enumerate(lines) if line.strip()]
         encoded = tokenizer.encode_src([lines[i] for i in todo]) if todo else []
         pairs = [(i, k) for i in todo for k in range(len(found[i]))]
@@ -315,7 +315,7 @@ class Translator:
         which keys its samples' random streams and names it in warnings; default: from
         `first_line` on (default: the lines translated so far). A multilingual model's
         target language token leads each hypothesis (forced, before the prefix)."""
-        tokenizer = self.tokenizer.with_langs(src_lang, tgt_lang)
+        tokenizer = _pair_tokenizer(self.tokenizer, src_lang, tgt_lang)
         first_line = self.stats.sentences if first_line is None else first_line
         numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
         for given, what in ((prefixes, "prefixes"), (numbers, "line numbers")):
@@ -370,6 +370,15 @@ class Translator:
         multilingual model's language tokens left out)."""
         texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         return [t.replace("\r", " ").replace("\n", " ") for t in texts]
+
+
+def _pair_tokenizer(tokenizer: Tokenizer, src_lang: str | None, tgt_lang: str | None
+                    ) -> Tokenizer:
+    """The tokenizer for a multilingual model's pair of one call (None: the translator's
+    own); an unknown code: DataError."""
+    if src_lang is None and tgt_lang is None:
+        return tokenizer
+    return tokenizer.with_langs(src_lang, tgt_lang)
 
 
 def _checked_settings(engine: Engine, decode: dict[str, Any],

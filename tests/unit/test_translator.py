@@ -46,10 +46,6 @@ class LetterTokenizer:
 
     encode_tgt = encode_src  # (prefixes)
 
-    def with_langs(self, src: str | None, tgt: str | None) -> LetterTokenizer:
-        assert src is None and tgt is None  # a model of one pair: only asked for no pair
-        return self
-
     def decode_tgt(self, sequences: list[list[int]]) -> list[str]:
         words = {token: word for word, token in self.ids.items()}
         return [" ".join(words[token] for token in seq) for seq in sequences]
