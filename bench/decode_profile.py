@@ -11,7 +11,8 @@ A second pass under torch.profiler (the first --profile-lines lines) sums the se
 every aten operator: what is left of the wall time is Python and dispatcher overhead,
 spent between kernels.
 
-    python bench/decode_profile.py --model runs/bible-es-en/model.pt [--beam 5] [--stop early]
+    python bench/decode_profile.py --model runs/bible-es-en/model.pt [--beam 5] [--stop early] \
+        [--quantize int8]
     python bench/decode_profile.py --model runs/bible-es-en/model.pt --batch-tokens 4096 \
         --lines 991 --profile-lines 400 --stop early
 
@@ -76,10 +77,11 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=0,
                         help="Translate the lines together in batches of this many source "
                         "tokens (0: one at a time).")
+    parser.add_argument("--quantize", choices=("none", "int8"), default="none")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
-    engine = TorchEngine.load([args.model], device)
+    engine = TorchEngine.load([args.model], device, quantize=args.quantize)
     models = engine.models
     lines = list(read_lines(BIBLE / "test.es"))[: args.lines]
     settings = dataclasses.replace(engine.recipe.decode, beam=args.beam, nbest=1,
@@ -130,7 +132,7 @@ def main() -> None:
         "profiled_lines": len(profiled),
         "share_in_aten_kernels": round(kernel_us / 1e6 / profiled_wall, 3),
         "top_ops_ms": {e.key: round(e.self_cpu_time_total / 1000, 1) for e in top},
-        "model": str(args.model), "threads": args.threads,
+        "model": str(args.model), "threads": args.threads, "quantize": args.quantize,
         "batch_tokens": args.batch_tokens or None,
     }, "bench/decode_profile.py")
 

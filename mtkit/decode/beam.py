@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from mtkit.decode.topk import top_k
+
 NEG_INF = float("-inf")
 
 STOP_RULES = ("early", "exact", "top")  # how beam search may end a sentence: sentence_done
@@ -104,7 +106,7 @@ def top_candidates(logprob: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor,
     """
     n, beam, vocab = lprobs.shape
     per_beam = min(count, vocab)
-    best_lp, best_token = lprobs.topk(per_beam, dim=2)  # (n, beam, per_beam)
+    best_lp, best_token = top_k(lprobs, per_beam)  # (n, beam, per_beam)
     total = (logprob.unsqueeze(-1) + best_lp).view(n, -1)  # (n, beam*per_beam)
     value, index = total.topk(count, dim=1)
     return value, index // per_beam, best_token.view(n, -1).gather(1, index)

@@ -36,6 +36,7 @@ from mtkit.config import Sampling
 from mtkit.data.tokenizer import SpecialIds
 from mtkit.decode.prefix import ForcedPrefix
 from mtkit.decode.search import Hypothesis, SearchModel, greedy_search, target_caps
+from mtkit.decode.topk import top_k
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def candidates(lprobs: Tensor, sampling: Sampling, temperature: float
     token cut (or never emitted); they sum to 1 before a topp cut. lprobs (N, V)."""
     logits = lprobs if temperature == 1.0 else lprobs / temperature
     if sampling.kind == "topk":
-        logits, ids = logits.topk(min(sampling.k, logits.size(-1)), dim=-1)  # most probable first
+        logits, ids = top_k(logits, min(sampling.k, logits.size(-1)))  # most probable first
     elif sampling.kind == "topp":
         logits, ids = logits.sort(dim=-1, descending=True)
     else:

@@ -257,7 +257,7 @@ def test_ensemble_averages_log_probs():
     assert greedy_search([first, first], src) == greedy_search([first], src)
 
 
-@pytest.mark.parametrize("vocab", [3, 50])
+@pytest.mark.parametrize("vocab", [3, 50, 20_000])  # 20,000: by blocks (topk.py)
 def test_top_candidates_equal_a_top_k_over_every_beam_and_token(vocab):
     """Each beam's own top-k first, then the best of those: the same candidates, values,
     source beams and tokens as one top-k over all beam x vocab sums (fewer tokens than

@@ -1,0 +1,42 @@
+"""The k largest values of each row of a vocabulary-wide tensor, as `Tensor.topk` gives
+them, found faster on the CPU.
+
+torch's CPU top-k walks a row value by value, while a maximum over a block of values is
+one vectorised pass. So `top_k` cuts each row into blocks of BLOCK values and keeps the k
+blocks with the largest maxima: every one of the k best values lies in one of them (a block
+holding one has a maximum at least as large as the k-th best value, and at most k blocks
+hold one), and a top-k over those k blocks (and the row's last, partial block) finds
+them. That pays over a vocabulary of tens of thousands of tokens; over a few thousand,
+torch's own top-k is as fast, and is used (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+BLOCK = 128  # values per block: a maximum over 128 floats is a few vector instructions
+# The blocks are used when the k blocks' values are at most this share of a row.
+MOST = 1 / 8
+
+
+def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """(values, indices) of the k largest values along x's last axis, best first: the
+    values of `x.topk(k)`, and its indices wherever the values differ (among equal values
+    either may name another of them)."""
+    length = x.size(-1)
+    blocks = length // BLOCK
+    if x.device.type != "cpu" or k * BLOCK > MOST * length:
+        return x.topk(k)
+    whole = blocks * BLOCK  # the values in whole blocks; a partial block after them
+    by_block = x[..., :whole].unflatten(-1, (blocks, BLOCK))  # (..., blocks, BLOCK)
+    best = by_block.amax(dim=-1).topk(k).indices  # (..., k) the k blocks
+    kept = by_block.gather(-2, best.unsqueeze(-1).expand(*best.shape, BLOCK)).flatten(-2)
+    if whole < length:
+        kept = torch.cat([kept, x[..., whole:]], dim=-1)  # (..., k*BLOCK + partial)
+    values, at = kept.topk(k)  # `at` indexes `kept`
+    block = at // BLOCK  # k and above: the partial block
+    indices = best.gather(-1, block.clamp(max=k - 1)) * BLOCK + at % BLOCK
+    if whole < length:
+        indices = torch.where(block < k, indices, at - k * BLOCK + whole)
+    return values, indices
