@@ -16,8 +16,10 @@ import torch
 from torch import Tensor
 
 BLOCK = 128  # values per block: a maximum over 128 floats is a few vector instructions
-# The blocks are used when the k blocks' values are at most this share of a row.
-MOST = 1 / 8
+# The blocks are used on rows of at least MIN_LENGTH values, when the k blocks' values are
+# at most MOST of a row: below, their dozen operators cost more than torch's top-k saves.
+MIN_LENGTH = 12_000
+MOST = 1 / 4
 
 
 def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -26,7 +28,7 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     either may name another of them)."""
     length = x.size(-1)
     blocks = length // BLOCK
-    if x.device.type != "cpu" or k * BLOCK > MOST * length:
+    if x.device.type != "cpu" or length < MIN_LENGTH or k * BLOCK > MOST * length:
         return x.topk(k)
     whole = blocks * BLOCK  # the values in whole blocks; a partial block after them
     by_block = x[..., :whole].unflatten(-1, (blocks, BLOCK))  # (..., blocks, BLOCK)
