@@ -128,7 +128,10 @@ def finishing(beams: Beams, cand: tuple[Tensor, Tensor, Tensor], t: int, eos: in
     beam = beams.logprob.size(1)
     value, source, token = (x[:, :beam] for x in cand)  # (n, beam)
     ended = token == eos
-    ends = (ended | (beams.caps <= t + 1).unsqueeze(1)) & value.isfinite()
+    at_cap = beams.caps <= t + 1  # (n,)
+    if nothing_ends(ended) and nothing_ends(at_cap):  # most steps: fewer operators
+        return None
+    ends = (ended | at_cap.unsqueeze(1)) & value.isfinite()
     if nothing_ends(ends):
         return None
     # Whether by EOS (t tokens + EOS) or at the cap (t + 1 tokens): t + 1 terms.
@@ -176,15 +179,15 @@ def parent_slots(parent: Tensor) -> Tensor:
     ranks beams by slot: the search takes the best by value wherever they are.
     """
     beam = parent.size(1)
-    same = parent.unsqueeze(2) == parent.unsqueeze(1)  # (n, beam, beam): j, k share a parent
-    earlier = torch.ones(beam, beam, dtype=torch.bool, device=parent.device).tril(-1)
-    first = ~(same & earlier).any(dim=2)  # (n, beam): no better sibling
-    has_child = torch.zeros_like(first).scatter_(1, parent, True)  # (n, beam) by slot
-    free = has_child.long().sort(dim=1, stable=True).indices  # childless slots first
-    nth_other = ((~first).long().cumsum(dim=1) - 1).clamp(min=0)  # among the non-first
-    slot = torch.where(first, parent, free.gather(1, nth_other))  # (n, beam): a permutation
-    return slot.argsort(dim=1)
-
+    rank = torch.arange(beam, device=parent.device).expand_as(parent)  # (n, beam)
+    # by slot: the rank of its first (best) child; `beam` where it has none
+    first_child = torch.full_like(parent, beam).scatter_reduce_(1, parent, rank, "amin")
+    is_first = first_child.gather(1, parent) == rank  # (n, beam) by rank
+    childless = first_child == beam  # (n, beam) by slot
+    # the other children in rank order (a row has as many of them as childless slots)
+    others = is_first.to(torch.uint8).argsort(dim=1, stable=True)
+    before = childless.cumsum(dim=1) - childless.long()  # childless slots before each slot
+    return torch.where(childless, others.gather(1, before), first_child)
 
 
 def score_bound(logprob: Tensor, shortest: int, longest: Tensor, lenpen: float) -> Tensor:
