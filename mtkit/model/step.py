@@ -109,22 +109,42 @@ def layer_step(w: LayerStep, x: Tensor, kv: Tensor, step: int, cross_k: Tensor,
 
 
 class StepWeights:
-    """Everything of the decoder that decode_step reads: per layer (`LayerStep`), the final
-    norm (None after a post-norm stack) and the output projection."""
+    """Everything of the decoder that decode_step reads: the target embedding
+    (`StepEmbedding`), per layer (`LayerStep`), the final norm (None after a post-norm
+    stack) and the output projection."""
 
-    def __init__(self, layers: list[LayerStep], final_norm: Callable[[Tensor], Tensor] | None,
+    def __init__(self, embed: StepEmbedding, layers: list[LayerStep],
+                 final_norm: Callable[[Tensor], Tensor] | None,
                  out_proj: Callable[[Tensor], Tensor]) -> None:
+        self.embed = embed
         self.layers = layers
         self.final_norm = final_norm
         self.out_proj = out_proj
 
     @classmethod
-    def gather(cls, decoder: nn.ModuleList, final_norm: nn.LayerNorm | None,
+    def gather(cls, embedding: nn.Embedding, scale: float, positions: Tensor,
+               decoder: nn.ModuleList, final_norm: nn.LayerNorm | None,
                out_proj: nn.Module) -> StepWeights:
-        """From the modules' weights as they are now."""
+        """From the modules' weights as they are now; `positions` (max_positions, D) the
+        position table (fixed or learned)."""
         # Plain tensors even under inference_mode, so that a later call outside it (with
         # autograd on) may use them.
         with torch.inference_mode(False), torch.no_grad():
-            return cls([LayerStep(layer) for layer in decoder],
+            embed = StepEmbedding(embedding.weight.detach(), scale, positions.detach())
+            return cls(embed, [LayerStep(layer) for layer in decoder],
                        None if final_norm is None else step_norm(final_norm),
                        step_linear(out_proj))
+
+
+class StepEmbedding:
+    """One position's input to the decoder: table[token] * scale + positions[step], as
+    `Transformer._embed` computes it, without its module call and checks (decode_step
+    checks the position against its cache, which init_cache checked against the table)."""
+
+    def __init__(self, table: Tensor, scale: float, positions: Tensor) -> None:
+        self.table = table  # (V, D)
+        self.scale = scale
+        self.positions = positions  # (max_positions, D)
+
+    def __call__(self, tokens: Tensor, step: int) -> Tensor:  # (rows,) -> (rows, D)
+        return F.embedding(tokens, self.table).mul_(self.scale).add_(self.positions[step])

@@ -179,7 +179,9 @@ class Transformer(nn.Module):
         """The decoder's weights as decode_step reads them, gathered now: a snapshot, so
         gather again after the weights change (an engine gathers once, when it is made)."""
         final_norm = None if isinstance(self.dec_norm, nn.Identity) else self.dec_norm
-        return StepWeights.gather(self.decoder, final_norm, self.out_proj)
+        positions = self.pos_table if self.pos_embed is None else self.pos_embed.weight
+        return StepWeights.gather(self.tgt_embed, self.embed_scale, positions, self.decoder,
+                                  final_norm, self.out_proj)
 
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int, beam: int = 1,
                    weights: StepWeights | None = None) -> DecoderCache:
@@ -227,7 +229,7 @@ class Transformer(nn.Module):
         if step >= cache.max_len:
             raise ValueError(f"the cache holds {cache.max_len} positions; it is full")
         weights = cache.weights
-        x = self._embed(self.tgt_embed, prev_tokens[:, None], start=step)[:, 0]  # (B, D)
+        x = weights.embed(prev_tokens, step)  # (B, D)
         for i, layer in enumerate(weights.layers):
             x = layer_step(layer, x, cache.self_kv[i], step, cache.cross_k[i],
                            cache.cross_v[i], cache.src_keep)
