@@ -116,28 +116,31 @@ class Int8Linear(nn.Module):
         if small and self.size <= self.fp32_work * torch.get_num_threads():
             self.dequantized = (quantized.float() * scale[:, None]).t().contiguous()
 
-    def _few_by_fbgemm(self) -> bool:
-        """Whether few rows take fbgemm's kernel at today's thread count (FBGEMM_WORK)."""
-        return self.fbgemm is not None and (
-            self.dequantized is None or torch.get_num_threads() == 1)
+    def _few_kernel(self) -> tuple[int, bool]:
+        """At today's thread count: the most rows a call may have to take the few-rows
+        path, and whether that path is fbgemm's kernel (FBGEMM_WORK) or fp32's. Asked once
+        a call: decode_step calls every layer at every step."""
+        threads = torch.get_num_threads()
+        if self.fbgemm is not None and (self.dequantized is None or threads == 1):
+            return FEW_ROWS, True
+        if self.dequantized is None:
+            return 0, False
+        return self.fp32_work * threads // self.size, False
 
     @property
     def few_rows_max(self) -> int:
         """Calls of up to this many rows take the few-rows path, at today's thread count."""
-        if self._few_by_fbgemm():
-            return FEW_ROWS
-        if self.dequantized is None:
-            return 0
-        return self.fp32_work * torch.get_num_threads() // self.size
+        return self._few_kernel()[0]
 
     def forward(self, x: Tensor) -> Tensor:  # (..., in) -> (..., out)
         if x.dim() != 2:  # decode_step's (rows, in) needs no reshapes
             lead = x.shape[:-1]
             return self.forward(x.reshape(-1, self.in_features)).view(*lead, self.out_features)
-        if x.size(0) > self.few_rows_max:
+        most, by_fbgemm = self._few_kernel()
+        if x.size(0) > most:
             return self.many_rows(x)
         if x.size(0):
-            return self.few_rows(x)
+            return self.few_rows(x, by_fbgemm)
         return x.new_zeros(0, self.out_features)  # no rows: oneDNN refuses an empty x
 
     # Called as forward itself, without nn.Module's call machinery (its hooks, which
@@ -145,8 +148,11 @@ class Int8Linear(nn.Module):
     # machinery made a sentence measurably slower than fp32's plain StepLinear calls.
     __call__ = forward
 
-    def few_rows(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
-        if self._few_by_fbgemm():
+    def few_rows(self, x: Tensor, by_fbgemm: bool | None = None) -> Tensor:
+        """(rows, in) -> (rows, out) by the few-rows kernel (None: today's, `_few_kernel`)."""
+        if by_fbgemm is None:
+            by_fbgemm = self._few_kernel()[1]
+        if by_fbgemm:
             return _LINEAR_DYNAMIC(x, self.fbgemm, True)  # True: x in 7 bits
         if self.bias is None:
             return torch.mm(x, self.dequantized)
@@ -164,9 +170,9 @@ class Int8Linear(nn.Module):
             1.0, 0, torch.float32, "none", [], "")  # output scale 1, zero 0: plain fp32
 
     def extra_repr(self) -> str:
-        kernel = "fbgemm" if self._few_by_fbgemm() else "fp32"
+        most, by_fbgemm = self._few_kernel()
         return (f"in_features={self.in_features}, out_features={self.out_features}, int8, "
-                f"{kernel} up to {self.few_rows_max} rows")
+                f"{'fbgemm' if by_fbgemm else 'fp32'} up to {most} rows")
 
 
 def _fbgemm_packed(quantized: Tensor, scale: Tensor, bias: Tensor | None) -> Any | None:

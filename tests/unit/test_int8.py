@@ -43,10 +43,10 @@ def paths_taken(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     for path in ("few_rows", "many_rows"):
         original = getattr(Int8Linear, path)
 
-        def spy(self, x, original=original, path=path):
+        def spy(self, x, *kernel, original=original, path=path):
             assert path == ("few_rows" if x.size(0) <= self.few_rows_max else "many_rows")
             taken.append((path, x.size(0)))
-            return original(self, x)
+            return original(self, x, *kernel)
 
         monkeypatch.setattr(Int8Linear, path, spy)
     return taken
