@@ -47,6 +47,8 @@ class Stopwatch:
 
     def __enter__(self) -> Stopwatch:
         original = self.original = getattr(self.owner, self.name)
+        # an attribute of the instance itself (a method bound once, as InferenceModel's)
+        self.own = not isinstance(self.owner, type) and self.name in vars(self.owner)
 
         def timed(*args, **kwargs):
             start = time.perf_counter()
@@ -60,7 +62,7 @@ class Stopwatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if isinstance(self.owner, type):
+        if isinstance(self.owner, type) or self.own:
             setattr(self.owner, self.name, self.original)
         else:  # an instance attribute shadowed the class's method: remove it
             delattr(self.owner, self.name)
@@ -82,7 +84,6 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     engine = TorchEngine.load([args.model], device, quantize=args.quantize)
-    models = engine.models
     lines = list(read_lines(BIBLE / "test.es"))[: args.lines]
     settings = dataclasses.replace(engine.recipe.decode, beam=args.beam, nbest=1,
                                    stop=args.stop or engine.recipe.decode.stop)
@@ -96,7 +97,8 @@ def main() -> None:
             for line in some:
                 translator.translate([line])
 
-    with Stopwatch(models[0], "encode") as encoder, \
+    # what the search calls: the engine's InferenceModel, which bound encode when made
+    with Stopwatch(engine.searched[0], "encode") as encoder, \
             Stopwatch(search._Ensemble, "log_probs") as step:
         tokens_before = translator.stats.tokens
         start = time.perf_counter()
