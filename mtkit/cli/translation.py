@@ -61,6 +61,10 @@ MaxQueueOpt = typer.Option(4096, "--max-queue", metavar="N",
                            help="Lines waiting for the model; a request beyond gets 503.")
 MaxBeamOpt = typer.Option(16, "--max-beam", metavar="N",
                           help="The widest beam a request may ask for.")
+RequestRegexOpt = typer.Option(
+    False, "--request-regex",
+    help="Take regular expressions in requests (protect_regex). Off: a pattern can be "
+    "written to hold the server for minutes; allow it only for trusted clients.")
 ApiKeyOpt = typer.Option(
     None, "--api-key", metavar="KEY", envvar="MTKIT_API_KEY", show_envvar=True,
     help="Answer translation requests only with this key (api_key or Authorization: Bearer).")
@@ -253,6 +257,7 @@ def serve(
     max_chars: int = MaxCharsOpt,
     max_queue: int = MaxQueueOpt,
     max_beam: int = MaxBeamOpt,
+    request_regex: bool = RequestRegexOpt,
     api_key: str | None = ApiKeyOpt,
 ) -> None:
     """Serve the model over HTTP: LibreTranslate's /translate, /v1/translate, a page at /
@@ -263,7 +268,7 @@ def serve(
     from mtkit.serve.server import serve as serve_forever
 
     limits = Limits(max_body_bytes=max_body_bytes, max_lines=max_lines, max_chars=max_chars,
-                    max_queue=max_queue, max_beam=max_beam)
+                    max_queue=max_queue, max_beam=max_beam, request_regex=request_regex)
     serve_forever(ServeOptions(
         models=tuple(models), host=host, port=port,
         decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,

@@ -55,7 +55,10 @@ RULES: tuple[Rule, ...] = (
     Rule("dollar", r"\$\([A-Za-z_]\w*\)|\$\{[A-Za-z_]\w*\}", True),
     Rule("percent_name", r"%[A-Z][A-Z0-9_]*%|%[A-Z][A-Z0-9_]{2,}", True),
     Rule("url", rf"\b(?:https?|ftp)://[^\s<>\"]*{_END}|\bwww\.[^\s<>\"]*{_END}", True),
-    Rule("email", r"\b[\w.%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", True),
+    # bounded as addresses are (RFC 5321: a local part of 64 characters, labels of 63), so
+    # that a long run of such characters without an @ costs linear, not quadratic, time
+    Rule("email", r"\b[\w.%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,16}"
+                  r"\.[A-Za-z]{2,63}\b", True),
     Rule("number", r"\d+(?:[.,]\d+)*", False),
     Rule("accelerator", r"(?<!~)~(?=[^\W_])|(?<!&)&(?=[^\W_])(?![A-Za-z]+;)", False, True),
 )

@@ -4,10 +4,12 @@ shaped into answers. Pure: no web framework, no model.
 Two request shapes: LibreTranslate's `POST /translate` (`q` a string or a list of
 strings, each of which may hold several lines) and mtkit's `POST /v1/translate` (`text`,
 one line per item, with per-request decode settings); and `POST /v1/score`, given
-translations scored (`pairs`, or `source` and `target`: score_api.py). Every problem is a
-`RequestError`: an HTTP status and one line of text, which the app sends as `{"error":
-"..."}`. 400: not JSON, or a value the server does not support; 401: API key; 413: over a size
-limit; 422: a field missing or of the wrong type or range; 503: the queue is full.
+translations scored (`pairs`, or `source` and `target`: score_api.py). /translate also
+takes its fields form-encoded, as LibreTranslate does. Every problem is a `RequestError`:
+an HTTP status and one line of text, which the app sends as `{"error": "..."}`. 400: not
+JSON, or a value the server does not support; 401: API key; 403: a regular expression the
+server does not take; 413: over a size limit; 415: a body neither JSON nor (/translate)
+a form; 422: a field missing or of the wrong type or range; 503: the queue is full.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from __future__ import annotations
 import difflib
 import hmac
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 from mtkit.config import DecodeConfig, Langs, replace_checked
 from mtkit.decode.align import UNITS, Links
@@ -33,6 +37,10 @@ class Limits:
     max_chars: int = 10_000  # characters of one line
     max_queue: int = 4096  # lines waiting for the model, all requests together
     max_beam: int = 16  # the largest beam (and nbest) a request may ask for
+    # whether a request may bring regular expressions (`protect_regex`): a pattern can be
+    # written to take minutes on a short line (catastrophic backtracking), and Python's re
+    # cannot be stopped, so only a server whose clients are trusted takes them
+    request_regex: bool = False
 
 
 class RequestError(Exception):
@@ -112,18 +120,72 @@ DECODE_NAMES = {name: name for name in DECODE_FIELDS}  # errors name the request
 
 
 def parse_json(body: bytes) -> Any:
-    """The body as JSON: UTF-8 (RFC 8259), standard numbers only (no NaN, Infinity)."""
+    """The body as JSON: UTF-8 (RFC 8259), standard numbers only (no NaN, Infinity), no
+    string holding half a surrogate pair (a \\uD800 escape alone: not a character)."""
     try:
-        return json.loads(body.decode("utf-8-sig"), parse_constant=_not_json)
+        text = body.decode("utf-8-sig")
+        value = json.loads(text, parse_constant=_not_json)
     except UnicodeDecodeError:
         raise RequestError(400, "invalid JSON: the body is not UTF-8") from None
     except json.JSONDecodeError as exc:
-        raise RequestError(400, f"invalid JSON: {exc.msg} at line {exc.lineno} column "
-                                f"{exc.colno}") from None
+        raise RequestError(400, f"invalid JSON: {exc.msg} (line {exc.lineno}, column "
+                                f"{exc.colno})") from None
     except ValueError as exc:  # from _not_json
         raise RequestError(400, f"invalid JSON: {exc}") from None
     except RecursionError:
         raise RequestError(400, "invalid JSON: nested too deeply") from None
+    # UTF-8 holds no surrogates: only an escape can bring one, which is rare, so only then
+    # are the strings searched
+    if _SURROGATE_ESCAPE.search(text):
+        half = _half_surrogate(value)
+        if half is not None:
+            raise RequestError(400, f"invalid JSON: \\u{ord(half):04x} is half of a surrogate "
+                                    "pair, not a character; send the text as UTF-8")
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]", re.ASCII)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _half_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in any string of a parsed JSON value (keys too), or None.
+    A loop, not recursion: the value may be nested as deeply as the parser allowed."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            found = _SURROGATE.search(item)
+            if found:
+                return found.group()
+        elif isinstance(item, dict):
+            todo.extend(item)
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return None
+
+
+def parse_form(body: bytes) -> dict[str, Any]:
+    """An application/x-www-form-urlencoded body (LibreTranslate's clients send their
+    fields so) as the JSON object it stands for: a field given twice, a list of strings;
+    `alternatives` a number where it reads as one."""
+    try:
+        fields = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False,
+                           errors="strict")
+    except UnicodeDecodeError:
+        raise RequestError(400, "invalid form: the body is not UTF-8") from None
+    payload: dict[str, Any] = {}
+    for key, value in fields:
+        if key in payload:
+            before = payload[key]
+            payload[key] = [*before, value] if isinstance(before, list) else [before, value]
+        else:
+            payload[key] = value
+    alternatives = payload.get("alternatives")
+    if isinstance(alternatives, str) and alternatives.strip().isdigit():
+        payload["alternatives"] = int(alternatives)
+    return payload
 
 
 def _not_json(constant: str) -> Any:
@@ -223,6 +285,9 @@ def libre_request(payload: Any, langs: Langs, limits: Limits,
     if "q" not in body:
         raise RequestError(422, "q: required (a string or a list of strings)")
     single = isinstance(body["q"], str)
+    if not single and not isinstance(body["q"], list):
+        raise RequestError(422, f"q: expected a string or a list of strings, got "
+                                f"{_kind(body['q'])}")
     texts = [body["q"]] if single else _strings(body["q"], "q")
     source, target = _string(body, "source"), _string(body, "target")
     if languages:
@@ -256,8 +321,9 @@ def libre_request(payload: Any, langs: Langs, limits: Limits,
 
 
 def _format(body: dict[str, Any]) -> str:
-    """`format`: text or html (absent: text); anything else, 400 (as LibreTranslate)."""
-    text_format = _string(body, "format", "text")
+    """`format`: text or html (absent, null or empty: text); anything else, 400 (as
+    LibreTranslate)."""
+    text_format = "text" if body.get("format") in (None, "") else _string(body, "format")
     try:
         return check_format(text_format, "format")
     except ConfigError as exc:
@@ -314,17 +380,23 @@ def native_request(payload: Any, limits: Limits) -> NativeRequest:
     return NativeRequest(tuple(lines), body.get("beam"), body.get("lenpen"), body.get("nbest"),
                          scores, _prefixes(body.get("prefix"), len(lines)),
                          body.get("sampling"), body.get("temperature"), body.get("seed"),
-                         _alignments(body), _document(body))
+                         _alignments(body), _document(body, limits))
 
 
-def _document(body: dict[str, Any]) -> DocumentFields:
+def _document(body: dict[str, Any], limits: Limits) -> DocumentFields:
     """`split`, `protect` (true or false; absent: the server's), `protect_rules` (rule
-    names to switch on) and `protect_regex` (further patterns), checked."""
+    names to switch on) and `protect_regex` (further patterns, where the server takes
+    them: `Limits.request_regex`), checked."""
     for key in ("split", "protect"):
         if not isinstance(body.get(key, False), bool):
             raise RequestError(422, f"{key}: expected true or false, got {_kind(body[key])}")
     rules = tuple(_strings(body.get("protect_rules", []), "protect_rules"))
     patterns = tuple(_strings(body.get("protect_regex", []), "protect_regex"))
+    if patterns and not limits.request_regex:
+        raise RequestError(403, "protect_regex: this server takes no regular expressions "
+                                "in requests (its operator may allow them: serve "
+                                "--request-regex, or give the patterns to serve "
+                                "--protect-regex)")
     try:
         protection(True, rules, patterns, names=("protect_rules", "protect_regex"))
     except ConfigError as exc:

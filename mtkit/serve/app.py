@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from torch import Tensor
 
 from mtkit.config import DecodeConfig
@@ -50,6 +51,7 @@ from mtkit.serve.api import (
     native_answer,
     native_request,
     native_settings,
+    parse_form,
     parse_json,
 )
 from mtkit.serve.batcher import Batcher, BatcherClosed, QueueFull
@@ -227,32 +229,42 @@ def build_app(service: Service) -> FastAPI:
 
 
 def _add_reading_routes(app: FastAPI, service: Service) -> None:
-    """The GET routes: the page, health, the model, its languages, the metrics."""
+    """The GET (and HEAD) routes: the page, health, the model, its languages, the
+    metrics."""
     page = resources.files("mtkit").joinpath("serve", "page.html").read_text(encoding="utf-8")
     langs = service.translator.engine.recipe.data.langs
     codes = service.translator.tokenizer.languages
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def read(path: str, **route: Any) -> Callable[[Callable], Callable]:
+        """A GET route, which answers HEAD too (as GET, without the body: uptime monitors
+        ask so); the API docs list GET alone."""
+        def add(endpoint: Callable) -> Callable:
+            app.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False,
+                              **{k: v for k, v in route.items() if k == "response_class"})
+            return app.get(path, **route)(endpoint)
+        return add
+
+    @read("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
         return HTMLResponse(page)
 
-    @app.get("/health", summary="200 while the model is loaded and requests are taken")
+    @read("/health", summary="200 while the model is loaded and requests are taken")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "queue_lines": service.batcher.queued_lines}
 
-    @app.get("/v1/models", summary="The model: languages, architecture, decode settings")
+    @read("/v1/models", summary="The model: languages, architecture, decode settings")
     async def models() -> dict[str, Any]:
         return service.models
 
-    @app.get("/languages", summary="LibreTranslate's list of languages")
+    @read("/languages", summary="LibreTranslate's list of languages")
     async def languages() -> list[dict[str, Any]]:
         if codes:  # a multilingual model: any of its languages into any other
             return [{"code": c, "name": c, "targets": [t for t in codes if t != c]}
                     for c in codes]
         return [{"code": langs.src, "name": langs.src, "targets": [langs.tgt]}]
 
-    @app.get("/metrics", response_class=PlainTextResponse,
-             summary="Prometheus text format: requests, lines, tokens, latency, batches")
+    @read("/metrics", response_class=PlainTextResponse,
+          summary="Prometheus text format: requests, lines, tokens, latency, batches")
     async def metrics() -> Response:
         text = service.metrics.text(service.batcher.queued_lines)
         return Response(text, media_type=CONTENT_TYPE)
@@ -270,7 +282,7 @@ def _add_translation_routes(app: FastAPI, service: Service) -> None:
     @app.post("/translate", summary="LibreTranslate-compatible translation",
               openapi_extra=body_schema(LIBRE_SCHEMA))
     async def translate_libre(request: Request) -> Response:
-        payload = await _payload(request, service)
+        payload = await _payload(request, service, form=True)
         parsed = libre_request(payload, langs, service.limits, codes)
         settings = libre_settings(service.settings, parsed, service.limits)
         results, _ = await _translate_lines(
@@ -332,19 +344,33 @@ def _answer_errors_in_json(app: FastAPI) -> None:
         return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
 
 
-async def _payload(request: Request, service: Service) -> Any:
-    """The body, read within the size limit, as JSON, with the API key checked."""
+async def _payload(request: Request, service: Service, form: bool = False) -> Any:
+    """The body, read within the size limit, as JSON (with `form`, LibreTranslate's
+    form-encoded fields too), with the API key checked."""
     limit = service.limits.max_body_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise RequestError(413, f"the body has {declared} bytes: at most {limit} are taken")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise RequestError(413, f"the body has more than {limit} bytes: at most {limit} "
-                                    "are taken")
-    payload = parse_json(bytes(body))
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise RequestError(413, f"the body has more than {limit} bytes: at most "
+                                        f"{limit} are taken")
+    except ClientDisconnect:
+        raise RequestError(CLIENT_GONE, "the client left before sending the whole body") \
+            from None
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if form and content_type == "multipart/form-data":
+        raise RequestError(415, "a multipart body is not taken: send JSON, or the fields "
+                                "as application/x-www-form-urlencoded")
+    # curl -d sends JSON labelled as a form: a body that opens an object is JSON
+    if form and content_type == "application/x-www-form-urlencoded" \
+            and not bytes(body).lstrip().startswith(b"{"):
+        payload = parse_form(bytes(body))
+    else:
+        payload = parse_json(bytes(body))
     check_api_key(service.api_key, payload, request.headers.get("authorization"))
     return payload
 

@@ -42,7 +42,7 @@ def prepared_lines(lines: list[str], options: DocumentOptions, max_queue: int) -
     prepared = prepare(lines, options)
     if len(prepared.sentences) > max_queue:
         raise RequestError(413, f"{len(prepared.sentences)} sentences: more than the "
-                                f"server's queue holds ({max_queue}); send fewer lines")
+                                f"server's queue holds ({max_queue}); send less text")
     return prepared
 
 

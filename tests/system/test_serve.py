@@ -18,6 +18,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -107,7 +108,8 @@ def model(tiny_run) -> Path:
 @pytest.fixture(scope="module")
 def server(model, tmp_path_factory) -> Iterator[Server]:
     # a window long enough that concurrent requests of this machine's clients meet
-    started = start_server(tmp_path_factory.mktemp("serve"), model, "--batch-window-ms", "30")
+    started = start_server(tmp_path_factory.mktemp("serve"), model, "--batch-window-ms", "30",
+                           "--request-regex")
     yield started
     stop(started)
 
@@ -599,9 +601,53 @@ def assert_error(status: int, headers: dict, body: bytes, expected_status: int,
     ("/v1/translate", b'{"text": ["a"], "nbest": 5}', 422, "nbest (5) must not exceed beam"),
     ("/v1/translate", b'{"text": ["a"], "lenpen": "x"}', 422, "lenpen x: expected a number"),
     ("/v1/translate", b'{"txt": ["a"]}', 422, "did you mean 'text'?"),
+    # half a surrogate pair, in a text or in a field an error would name
+    ("/translate", b'{"q": "Hola \\ud800", "source": "es", "target": "en"}', 400,
+     "\\ud800 is half of a surrogate pair"),
+    ("/v1/translate", b'{"text": ["a"], "format": "\\udfff"}', 400, "half of a surrogate"),
+    ("/v1/score", b'{"pairs": [["Hola \\ud800", "x"]]}', 400, "half of a surrogate"),
 ])
 def test_bad_requests_get_a_one_line_error(server, path, body, status, needle):
     assert_error(*server.request("POST", path, body), status, needle)
+
+
+def test_libretranslate_clients_may_send_a_form(server, expected):
+    """LibreTranslate's clients send form-encoded fields: the answer JSON would get."""
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    fields = urllib.parse.urlencode({"q": LINES[1], "source": "es", "target": "en",
+                                     "format": ""}).encode()
+    answer = {"translatedText": expected["split"][1]}
+    status, _, body = server.request("POST", "/translate", fields, form)
+    assert (status, json.loads(body)) == (200, answer)
+    # curl -d labels a JSON body as a form: it is still read as JSON
+    status, _, body = server.request("POST", "/translate", json.dumps(libre(LINES[1])).encode(),
+                                     form)
+    assert (status, json.loads(body)) == (200, answer)
+    assert_error(*server.request("POST", "/translate", b"--b\r\n\r\n--b--\r\n",
+                                 {"Content-Type": "multipart/form-data; boundary=b"}),
+                 415, "a multipart body is not taken")
+
+
+def test_head_answers_as_get_without_a_body(server):
+    for path in ("/", "/health", "/v1/models", "/languages", "/metrics"):
+        status, _, body = server.request("HEAD", path)
+        assert (status, body) == (200, b""), path
+
+
+def test_a_client_that_leaves_while_sending_is_counted_as_gone(server):
+    def gone() -> float:
+        return server.metrics().get(("mtkit_serve_requests_total", (
+            ("endpoint", "/v1/translate"), ("status", "499"))), 0)
+
+    before = gone()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as client:
+        client.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+                       b"Content-Type: application/json\r\n\r\n{\"text\": [\"Hola")
+    deadline = time.monotonic() + 20
+    while gone() == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone() == before + 1
+    assert "ClientDisconnect" not in server.stderr()
 
 
 def test_unknown_routes_and_methods_answer_json_errors(server):
@@ -635,6 +681,15 @@ def test_limits_on_size(guarded):
                  "4 lines: a request may have at most 3")
     assert_error(*guarded.request("POST", "/v1/translate", {"text": ["x" * 201]}, key), 413,
                  "line 1 has 201 characters: a line may have at most 200")
+
+
+def test_request_regexes_only_where_the_server_takes_them(guarded):
+    """A pattern can be written to hold the server for minutes: by default a request's are
+    refused (the `server` fixture takes them: --request-regex)."""
+    body = {"text": ["El ID-42"], "protect_regex": ["ID-[0-9]+"]}
+    assert_error(*guarded.request("POST", "/v1/translate", body,
+                                  {"Authorization": f"Bearer {KEY}"}),
+                 403, "this server takes no regular expressions in requests")
 
 
 def test_api_key(guarded, expected):

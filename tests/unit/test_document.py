@@ -76,6 +76,11 @@ def test_joining_keeps_the_gaps_between_sentences_and_none_for_zh_ja_th():
     ("Vea https://ex.org/a?b=1. O www.ex.org, o ana.b@ex.co.uk!",
      ["https://ex.org/a?b=1", "www.ex.org", "ana.b@ex.co.uk"]),
     ("Un 50% de descuento, 3 veces", []),  # no printf in "50% de"; numbers: off
+    ("A first.last+tag@mail.example.co.uk (--jo@x.org)",
+     ["first.last+tag@mail.example.co.uk", "jo@x.org"]),
+    # as long as addresses may be (a local part of 64 characters), and no longer
+    ("a" * 64 + "@x.org " + "b" * 65 + "@x.org", ["a" * 64 + "@x.org"]),
+    ("a+" * 3000 + " 1." * 3000, []),  # long runs without an @
 ])
 def test_the_default_rules_find_what_they_document(text, found):
     assert [text[s:e] for s, e, _ in find(text, protection())] == found

@@ -21,13 +21,15 @@ from mtkit.serve.api import (
     native_answer,
     native_request,
     native_settings,
+    parse_form,
     parse_json,
     split_lines,
 )
 from mtkit.serve.score_api import score_answer, score_request
 
 LANGS = Langs("es", "en")
-LIMITS = Limits(max_body_bytes=1000, max_lines=4, max_chars=20, max_queue=10, max_beam=8)
+LIMITS = Limits(max_body_bytes=1000, max_lines=4, max_chars=20, max_queue=10, max_beam=8,
+                request_regex=True)
 BASE = DecodeConfig(beam=2, lenpen=1.0)
 
 
@@ -46,7 +48,7 @@ def libre(**body):
 
 @pytest.mark.parametrize("body, needle", [
     (b"{", "invalid JSON: Expecting property name"),
-    (b"", "invalid JSON: Expecting value at line 1 column 1"),
+    (b"", "invalid JSON: Expecting value (line 1, column 1)"),
     (b'{"q": "a",}', "invalid JSON"),
     (b"\xff\xfe{}", "not UTF-8"),
     (b"\xc3", "not UTF-8"),
@@ -54,6 +56,12 @@ def libre(**body):
     (b'{"lenpen": NaN}', "invalid JSON: NaN is not a JSON number"),
     (b'{"lenpen": -Infinity}', "-Infinity is not a JSON number"),
     (b"[" * 100_000 + b"]" * 100_000, "invalid JSON: nested too deeply"),
+    (b'{"q": "a', "invalid JSON: Unterminated string starting at (line 1, column 7)"),
+    # half a surrogate pair is no character: not in a text, a key, or deep in a list
+    (b'{"q": "Hola \\ud800 mundo"}', "\\ud800 is half of a surrogate pair"),
+    (b'{"q": ["a", ["\\udfff"]]}', "\\udfff is half of a surrogate pair"),
+    (b'{"\\udc00": 1}', "\\udc00 is half"),
+    (b'{"q": "\\ude00\\ud83d"}', "\\ude00 is half"),  # a pair in the wrong order
 ])
 def test_invalid_json_is_400(body, needle):
     found = error(parse_json, body)
@@ -62,6 +70,8 @@ def test_invalid_json_is_400(body, needle):
 
 def test_json_bodies():
     assert parse_json(b'{"q": "\\u00e1", "n": 1e400}') == {"q": "\u00e1", "n": float("inf")}
+    assert parse_json(b'{"q": "\\ud83d\\ude00"}') == {"q": "\U0001f600"}  # a whole pair
+    assert parse_json(b'{"q": "\\\\ud800"}') == {"q": "\\ud800"}  # an escaped backslash
     assert parse_json("\ufeff[1]".encode()) == [1]  # a UTF-8 byte order mark is harmless
 
 
@@ -69,7 +79,8 @@ def test_json_bodies():
     ([], 422, "the body must be a JSON object, got a list"),
     ("q", 422, "got a string"),
     ({"source": "es", "target": "en"}, 422, "q: required"),
-    ({"q": 5, "source": "es", "target": "en"}, 422, "q: expected a list of strings, got a number"),
+    ({"q": 5, "source": "es", "target": "en"}, 422,
+     "q: expected a string or a list of strings, got a number"),
     ({"q": ["a", None], "source": "es", "target": "en"}, 422, "q[1]: expected a string, got null"),
     ({"q": "a", "target": "en"}, 422, "source: required"),
     ({"q": "a", "source": "es"}, 422, "target: required"),
@@ -371,3 +382,30 @@ def test_score_answers():
                       "tag": None}
     assert scores[0].line() == "-3.0000\t-1.0000"
     json.dumps(answer)
+
+
+def test_an_empty_or_null_format_is_text_as_in_libretranslate():
+    for value in (None, ""):
+        assert libre(q="a", format=value).document.format == "text"
+        assert native_request({"text": ["a"], "format": value}, LIMITS).document.format == "text"
+
+
+def test_form_bodies_read_as_the_json_object_they_stand_for():
+    body = b"q=Hola+mundo&source=es&target=en&format=&alternatives=2&api_key=k%26y"
+    assert parse_form(body) == {"q": "Hola mundo", "source": "es", "target": "en",
+                                "format": "", "alternatives": 2, "api_key": "k&y"}
+    assert parse_form(b"q=a&q=b&q=c")["q"] == ["a", "b", "c"]  # repeated: a list
+    assert parse_form(b"alternatives=two")["alternatives"] == "two"  # left for the check
+    assert parse_form(b"") == {}
+    request = libre_request({**parse_form(b"q=a%0Ab&source=es&target=en")}, LANGS, LIMITS)
+    assert request.lines == ("a", "b") and request.single
+    found = error(parse_form, b"q=%FF")
+    assert found.status == 400 and "not UTF-8" in found.message
+
+
+def test_request_regexes_need_the_servers_consent():
+    body = {"text": ["a"], "protect_regex": ["ID-\\d+"]}
+    found = error(native_request, body, Limits())
+    assert found.status == 403 and "serve --request-regex" in found.message
+    assert native_request({"text": ["a"], "protect_regex": []}, Limits()).document.patterns == ()
+    assert native_request(body, LIMITS).document.patterns == ("ID-\\d+",)
