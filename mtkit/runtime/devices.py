@@ -73,27 +73,37 @@ def bound_kernel_caches() -> None:
 BF16_SPEEDUP_NEEDED = 2.0
 
 
-def bf16_matmul_speedup(device: torch.device) -> float:
-    """How many times faster a bf16 matmul of a training step's size runs than an fp32 one
-    on this CPU (the best of a few of each). CPUs with AMX or AVX-512 BF16 run it on their
-    matrix or dot-product units; elsewhere it is emulated and slower than fp32."""
+def bf16_matmul_speedup(device: torch.device, budget: float = 0.3) -> float:
+    """How many times faster a bf16 matmul runs than an fp32 one on one core of this CPU.
+    CPUs with AMX or AVX-512 BF16 run it on their matrix or dot-product units; elsewhere
+    it is emulated and slower than fp32.
+
+    The answer must not depend on how busy the machine is, or one recipe would train in
+    fp32 on one run and bf16 on the next: one thread (a multi-threaded matmul waits for
+    its slowest thread, which another job may hold), products short enough to run within
+    one time slice of the scheduler, the two kinds timed in turns (so a busy spell slows
+    both), and the fastest of each kept over `budget` seconds."""
     import torch
 
-    a, b = torch.randn(512, 256, device=device), torch.randn(256, 512, device=device)
-
-    def best_seconds(x: torch.Tensor, y: torch.Tensor, budget: float = 0.25) -> float:
-        x @ y  # the first call sets up kernels and threads
-        best, spent = float("inf"), 0.0
-        for _ in range(5):
+    x, y = torch.randn(512, 512, device=device), torch.randn(512, 512, device=device)
+    x16, y16 = x.bfloat16(), y.bfloat16()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        x @ y, x16 @ y16  # the first calls set up the kernels
+        fp32 = bf16 = float("inf")
+        deadline = time.perf_counter() + budget
+        while True:
             start = time.perf_counter()
             x @ y
-            took = time.perf_counter() - start
-            best, spent = min(best, took), spent + took
-            if spent > budget:  # an emulated bf16 is slow: a few calls tell
-                break
-        return best
-
-    return best_seconds(a, b) / best_seconds(a.bfloat16(), b.bfloat16())
+            middle = time.perf_counter()
+            x16 @ y16
+            end = time.perf_counter()
+            fp32, bf16 = min(fp32, middle - start), min(bf16, end - middle)
+            if end > deadline:  # at least one of each; an emulated bf16 is slow: few tell
+                return fp32 / bf16
+    finally:
+        torch.set_num_threads(threads)
 
 
 def resolve_precision(requested: str, device: torch.device,

@@ -42,8 +42,10 @@ def test_auto_precision_follows_the_probe():
 
 
 def test_the_matmul_probe_measures_a_ratio():
-    ratio = PROBE(torch.device("cpu"))
+    threads = torch.get_num_threads()
+    ratio = PROBE(torch.device("cpu"), budget=0.05)
     assert 0 < ratio < float("inf")
+    assert torch.get_num_threads() == threads  # it times one thread, then gives them back
 
 
 def test_kernel_caches_are_capped_unless_the_environment_says(monkeypatch):
