@@ -138,6 +138,8 @@ def replace_dir(partial: Path, out_dir: Path) -> None:
     """
     partial, out_dir = Path(partial), Path(out_dir)
     old = old_dir(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():  # a file there is not ours to replace
+        raise OutputError(f"{out_dir}: exists and is not a directory; give a directory path")
     if out_dir.exists():
         os.replace(out_dir, old)
     os.replace(partial, out_dir)

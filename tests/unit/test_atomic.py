@@ -118,3 +118,11 @@ def test_a_full_device_is_an_output_error(tmp_path: Path) -> None:
         atomic_write_bytes(full, b"x" * 100_000)
     assert str(info.value) == f"{full}: cannot write (No space left on device)"
     assert stat.S_ISCHR(full.stat().st_mode)
+
+
+def test_replace_dir_never_replaces_a_file(tmp_path: Path) -> None:
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "out").write_bytes(b"a file")
+    with pytest.raises(OutputError, match="not a directory"):
+        replace_dir(tmp_path / "partial", tmp_path / "out")
+    assert (tmp_path / "out").read_bytes() == b"a file"
