@@ -29,7 +29,11 @@ SetOpt = typer.Option(
 )
 DeviceOpt = typer.Option("auto", "--device", metavar="DEVICE",
                          help="cpu, cuda, cuda:N or auto.")
-ThreadsOpt = typer.Option(0, "--threads", metavar="N", help="CPU threads for torch (0 = default).")
+# --threads: 0 lets the engine choose; far above any machine's cores, torch's thread pool
+# crashes the process (a segfault at 100000), so a typo is refused as a usage error
+MAX_THREADS = 1024
+ThreadsOpt = typer.Option(0, "--threads", metavar="N", min=0, max=MAX_THREADS,
+                          help="CPU threads for torch (0 = default).")
 ModelsOpt = typer.Option(
     ..., "-m", "--model", metavar="MODEL", help="Model file or run directory (its "
     "model.pt); repeat: an ensemble; or a directory `mtkit export` wrote."

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import typer
 
 from mtkit.cli.options import (
+    MAX_THREADS,
     AlignmentLayerOpt,
     AlignmentsOpt,
     AlignmentUnitOpt,
@@ -65,8 +66,9 @@ ApiKeyOpt = typer.Option(
     None, "--api-key", metavar="KEY", envvar="MTKIT_API_KEY", show_envvar=True,
     help="Answer translation requests only with this key (api_key or Authorization: Bearer).")
 TranslateThreadsOpt = typer.Option(
-    0, "--threads", metavar="N", help="CPU threads. 0: chosen per batch (CTranslate2: one "
-    "thread for small batches, all cores for large; torch: all cores). N: N intra-op threads."
+    0, "--threads", metavar="N", min=0, max=MAX_THREADS, help="CPU threads. 0: chosen per "
+    "batch (CTranslate2: one thread for small batches, all cores for large; torch: all "
+    "cores). N: N intra-op threads."
 )
 ShardOpt = typer.Option(
     None, "--shard", metavar="I/N", help="Translate only share I (from 0) of N contiguous "

@@ -523,6 +523,9 @@ USAGE_ROWS = {
     ("score", "-m", "bleu"): ["score:", "-m", "use --metrics"],
     ("nope",): ["nope", "mtkit --help"],
     ("binarize", "--out", "a", "-o", "b"): ["--out", "--output"],
+    ("translate", "-m", "m.pt", "--threads", "100000"): ["translate:", "--threads", "1024"],
+    ("score-pairs", "-m", "m.pt", "--threads", "-1"): ["score-pairs:", "--threads"],
+    ("serve", "-m", "m.pt", "--threads", "5000"): ["serve:", "--threads", "1024"],
 }
 
 
