@@ -10,8 +10,12 @@ subprocess to pin the process-level behaviour. `mtkit score`: test_score.py.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import shutil
+import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +30,7 @@ from builders import (
     tensorboard_steps,
     weights,
 )
+from conftest import CliResult
 
 import mtkit
 from mtkit.config import load_recipe, recipe_from_dict
@@ -507,6 +512,45 @@ def test_score_empty_hypothesis_file(tmp_path, mtkit_inprocess, expect_error):
     (tmp_path / "ref.en").write_text("one\n")
     result = mtkit_inprocess(["score", "--ref", "ref.en", "-i", "hyp.en"], tmp_path)
     expect_error(result, "hypotheses", "no lines")
+
+
+STREAM_ROWS = {
+    # (command, shell redirection): needles of the one error line
+    ("translate", "<&-"): ["standard input is closed"],
+    ("score", "<&-"): ["standard input is closed"],
+    ("translate", ">&-"): ["standard output is closed"],
+    ("score-pairs", ">&-"): ["standard output is closed"],
+    ("info", ">&-"): ["standard output is closed"],
+    ("translate", "> full"): ["standard output: No space left on device"],
+    ("score-pairs", "> full"): ["standard output: No space left on device"],
+    ("info", "> full"): ["standard output: No space left on device"],
+    ("score", "> full"): ["standard output: No space left on device"],
+}
+
+
+@pytest.mark.parametrize("row", list(STREAM_ROWS), ids=" ".join)
+def test_a_closed_or_full_standard_stream_is_one_line(row, tiny_run, tmp_path, mtkit_script,
+                                                     expect_error):
+    """stdin or stdout closed by the shell, or stdout on a full disk (a copy of /dev/full):
+    one line and exit 2 from every command, however it reads or writes them."""
+    command, redirect = row
+    if redirect == "> full":
+        try:
+            os.mknod(tmp_path / "full", 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    (tmp_path / "a.es").write_text("hola\n")
+    (tmp_path / "a.en").write_text("hello\n")
+    argv = {"translate": ["translate", "-m", tiny_run.model, "--beam", "1"],
+            "score": ["score", "--ref", "a.en"] + ([] if redirect == "<&-" else ["-i", "a.en"]),
+            "score-pairs": ["score-pairs", "-m", tiny_run.model, "--src", "a.es", "--tgt", "a.en"],
+            "info": ["info", tiny_run.model]}[command]
+    exe, env = mtkit_script
+    feed = "" if redirect == "<&-" else "echo hola | "
+    done = subprocess.run(["bash", "-c", f"{feed}{shlex.join(map(str, [exe, *argv]))} {redirect}"],
+                          cwd=tmp_path, env=env, capture_output=True, timeout=300)
+    result = CliResult(done.returncode, done.stdout.decode(), done.stderr.decode())
+    expect_error(result, *STREAM_ROWS[row])
 
 
 def setup_run_dir_file(d, run):
