@@ -570,6 +570,8 @@ USAGE_ROWS = {
     ("translate", "-m", "m.pt", "--threads", "100000"): ["translate:", "--threads", "1024"],
     ("score-pairs", "-m", "m.pt", "--threads", "-1"): ["score-pairs:", "--threads"],
     ("serve", "-m", "m.pt", "--threads", "5000"): ["serve:", "--threads", "1024"],
+    ("average", "--last", "-1", "runs/x", "-o", "x.pt"): ["average:", "--last", "1"],
+    ("average", "--last", "0", "runs/x", "-o", "x.pt"): ["average:", "--last", "1"],
 }
 
 
