@@ -123,7 +123,8 @@ TagOpt = typer.Option(
     help="Start each line with this corpus tag, as training did for the corpus with "
     "`tag: NAME` (e.g. BT).",
 )
-MaxTokensOpt = typer.Option(4096, "--max-tokens", metavar="N", help="Source tokens per batch.")
+MaxTokensOpt = typer.Option(4096, "--max-tokens", metavar="N", min=1,
+                            help="Source tokens per batch.")
 QuantizeOpt = typer.Option(
     "none", "--quantize", metavar="MODE", help="int8: dynamic int8 linear layers (CPU), or none."
 )

@@ -156,7 +156,7 @@ def score_pairs(
                                   help="Their translations, one per source line."),
     output_file: Path | None = OutputOpt,
     tag: str | None = TagOpt,
-    max_tokens: int = typer.Option(4096, "--max-tokens", metavar="N",
+    max_tokens: int = typer.Option(4096, "--max-tokens", metavar="N", min=1,
                                    help="Tokens per batch (a pair's longer side, padded)."),
     device: str = DeviceOpt,
     threads: int = TranslateThreadsOpt,

@@ -572,6 +572,10 @@ USAGE_ROWS = {
     ("serve", "-m", "m.pt", "--threads", "5000"): ["serve:", "--threads", "1024"],
     ("average", "--last", "-1", "runs/x", "-o", "x.pt"): ["average:", "--last", "1"],
     ("average", "--last", "0", "runs/x", "-o", "x.pt"): ["average:", "--last", "1"],
+    ("translate", "-m", "m.pt", "--max-tokens", "0"): ["translate:", "--max-tokens", "1"],
+    ("score-pairs", "-m", "m.pt", "--src", "a", "--tgt", "b", "--max-tokens", "-5"):
+        ["score-pairs:", "--max-tokens", "1"],
+    ("serve", "-m", "m.pt", "--max-tokens", "0"): ["serve:", "--max-tokens", "1"],
 }
 
 
