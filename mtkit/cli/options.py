@@ -107,9 +107,9 @@ WholeFileOpt = typer.Option(
     False, "--whole-file", help="With --format html: the whole input is one document "
     "(a page over many lines), written back whole.")
 InputOpt = typer.Option(None, "-i", "--input", metavar="FILE", show_default="stdin",
-                        help="Read this file.")
+                        help="Read this file (-: stdin).")
 OutputOpt = typer.Option(None, "-o", "--output", metavar="FILE", show_default="stdout",
-                         help="Write this file.")
+                         help="Write this file (-: stdout).")
 SrcLangOpt = typer.Option(
     None, "--src-lang", metavar="CODE", show_default="the model's",
     help="A multilingual model's (M2M100, NLLB) source language, e.g. es or spa_Latn.",
@@ -151,6 +151,11 @@ def run_dir_of(recipe_path: Path, run_dir: Path | None) -> Path:
         raise ConfigError(f"{flag}{path}: is a file, expected a directory; give another "
                           "--run-dir")
     return path
+
+
+def std_stream(path: Path | None) -> Path | None:
+    """-i - / -o -: stdin or stdout, as most Unix tools read it (None means the stream)."""
+    return None if path is not None and str(path) == "-" else path
 
 
 def one_of(new: str, new_value: T | None, old: str, old_value: T | None) -> T | None:

@@ -43,6 +43,7 @@ from mtkit.cli.options import (
     TgtLangOpt,
     WholeFileOpt,
     one_of,
+    std_stream,
 )
 from mtkit.cli.options import ThreadsOpt as ServeThreadsOpt
 from mtkit.errors import ConfigError
@@ -135,7 +136,8 @@ def translate(
     if alignment_unit is not None and not alignments:
         raise ConfigError("--alignment-unit: give --alignments too")
     job = TranslateJob(
-        models=tuple(models), input_file=input_file, output_file=output_file,
+        models=tuple(models), input_file=std_stream(input_file),
+        output_file=std_stream(output_file),
         shard=Shard.parse(shard) if shard is not None else None,
         decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,
                              temperature, seed, alignment_layer,
@@ -172,9 +174,9 @@ def score_pairs(
     from mtkit.decode.score_job import ScoreJob, score_job
 
     job = ScoreJob(models=tuple(models), src_file=src_file, tgt_file=tgt_file,
-                   output_file=output_file, tag=tag, max_tokens=max_tokens, device=device,
-                   threads=threads, quantize=quantize, engine=engine, quiet=quiet,
-                   skip_long=skip_long)
+                   output_file=std_stream(output_file), tag=tag, max_tokens=max_tokens,
+                   device=device, threads=threads, quantize=quantize, engine=engine,
+                   quiet=quiet, skip_long=skip_long)
     _run_and_summarise(lambda: score_job(job), quiet)
 
 

@@ -266,6 +266,15 @@ def test_output_through_a_symlink_and_onto_a_device(model, mtkit_cli, tmp_path, 
     assert stat.S_ISCHR((tmp_path / "full").stat().st_mode)
 
 
+def test_dash_means_stdin_and_stdout(model, mtkit_cli, tmp_path, hostile):
+    """-i - and -o -, as most Unix tools read them: no file named "-" is read or written."""
+    result = mtkit_cli(["translate", "-m", model, "--beam", "1", "-i", "-", "-o", "-"],
+                       cwd=tmp_path, input=b"".join(line + b"\n" for line in HOSTILE))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == hostile.stdout
+    assert not (tmp_path / "-").exists()
+
+
 def test_ensemble_of_one_model_twice_equals_the_model(model, mtkit_cli, tmp_path, hostile):
     result = mtkit_cli(["translate", "-m", model, "-m", model, "--beam", "1"], cwd=tmp_path,
                        input=b"".join(line + b"\n" for line in HOSTILE))
