@@ -55,7 +55,7 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
     `alignment_layer`: the decoder layer word alignments read (None: the recipe's
     decode.alignment_layer); the export fixes it, and its recipe says so."""
     if quantization not in QUANTIZATIONS:
-        raise ConfigError(f"--quantization {quantization}: expected one of "
+        raise ConfigError(f"--quantize {quantization}: expected one of "
                           f"{', '.join(QUANTIZATIONS)}")
     _check_output(model_path, out_dir, force)
     ctranslate2 = _ctranslate2()

@@ -391,6 +391,12 @@ def setup_average_incompatible(d, run):
     return ["average", run.model, "narrow.pt", "-o", "avg.pt"]
 
 
+def setup_fake_export(d, run):
+    (d / "ex").mkdir()
+    (d / "ex" / "mtkit.json").write_text("{}")  # what marks an export directory
+    return ["translate", "-m", "ex", "--engine", "torch"]
+
+
 ROWS = {
     # name: (setup(dir, tiny_run) -> argv, needles the one error line must contain)
     "missing recipe": (lambda d, run: ["train", "nope.yaml"], ["nope.yaml", "not found"]),
@@ -450,6 +456,28 @@ ROWS = {
     "score: line counts differ": (setup_score_mismatch, ["2 lines", "ref.en", "has 3"]),
     "average: incompatible checkpoints": (
         setup_average_incompatible, ["narrow.pt", "architecture"]
+    ),
+    "average: a directory among the checkpoints": (
+        lambda d, run: (d / "adir").mkdir() or ["average", run.model, "adir", "-o", "avg.pt"],
+        ["adir: is a directory, expected a model file"],
+    ),
+    "translate: an export with --engine torch": (
+        setup_fake_export, ["ex: is a CTranslate2 export directory", "--engine auto"]
+    ),
+    "translate: a FIFO as model": (
+        lambda d, run: os.mkfifo(d / "fifo") or ["translate", "-m", "fifo"],
+        ["fifo: is not a regular file"],
+    ),
+    "attention: --beam 0": (
+        lambda d, run: ["attention", "-m", run.model, "-o", "a.png", "--beam", "0"],
+        ["--beam 0: 0 is out of range"],
+    ),
+    "export: --quantize int4": (
+        lambda d, run: ["export", "-m", run.model, "-o", "ex", "--quantize", "int4"],
+        ["--quantize int4: expected one of"],
+    ),
+    "plot: a model file as run directory": (
+        lambda d, run: ["plot", run.model, "-o", "p.png"], ["model.pt: is a file", "run directory"]
     ),
 }
 
