@@ -22,6 +22,7 @@ except ImportError:  # earlier typers use click itself
     import click.exceptions as click
 
 from mtkit.cli import reports, training, translation
+from mtkit.cli.stdio import guard_standard_streams
 from mtkit.errors import MtkitError
 from mtkit.runtime.logs import log_to_stderr
 from mtkit.version import __version__
@@ -72,9 +73,12 @@ def _main(
 
 def main() -> None:
     """Entry point: usage errors and mtkit's own errors become one line on stderr with
-    exit code 2; a closed stdout ends quietly."""
+    exit code 2, a closed or full stdin/stdout too (stdio.py); a reader that stops reading
+    early (`| head -1`) ends a streaming command quietly."""
     try:
+        guard_standard_streams()  # a closed stdin/stdout or a failed write: an MtkitError
         code = app(standalone_mode=False)
+        sys.stdout.flush()  # a write error here, not in the interpreter's exit, is reported
     except click.NoArgsIsHelpError as exc:
         exc.show()  # `mtkit` alone: the help, as click prints it
         sys.exit(exc.exit_code)

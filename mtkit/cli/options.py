@@ -29,7 +29,11 @@ SetOpt = typer.Option(
 )
 DeviceOpt = typer.Option("auto", "--device", metavar="DEVICE",
                          help="cpu, cuda, cuda:N or auto.")
-ThreadsOpt = typer.Option(0, "--threads", metavar="N", help="CPU threads for torch (0 = default).")
+# --threads: 0 lets the engine choose; far above any machine's cores, torch's thread pool
+# crashes the process (a segfault at 100000), so a typo is refused as a usage error
+MAX_THREADS = 1024
+ThreadsOpt = typer.Option(0, "--threads", metavar="N", min=0, max=MAX_THREADS,
+                          help="CPU threads for torch (0 = default).")
 ModelsOpt = typer.Option(
     ..., "-m", "--model", metavar="MODEL", help="Model file or run directory (its "
     "model.pt); repeat: an ensemble; or a directory `mtkit export` wrote."
@@ -103,9 +107,9 @@ WholeFileOpt = typer.Option(
     False, "--whole-file", help="With --format html: the whole input is one document "
     "(a page over many lines), written back whole.")
 InputOpt = typer.Option(None, "-i", "--input", metavar="FILE", show_default="stdin",
-                        help="Read this file.")
+                        help="Read this file (-: stdin).")
 OutputOpt = typer.Option(None, "-o", "--output", metavar="FILE", show_default="stdout",
-                         help="Write this file.")
+                         help="Write this file (-: stdout).")
 SrcLangOpt = typer.Option(
     None, "--src-lang", metavar="CODE", show_default="the model's",
     help="A multilingual model's (M2M100, NLLB) source language, e.g. es or spa_Latn.",
@@ -119,7 +123,8 @@ TagOpt = typer.Option(
     help="Start each line with this corpus tag, as training did for the corpus with "
     "`tag: NAME` (e.g. BT).",
 )
-MaxTokensOpt = typer.Option(4096, "--max-tokens", metavar="N", help="Source tokens per batch.")
+MaxTokensOpt = typer.Option(4096, "--max-tokens", metavar="N", min=1,
+                            help="Source tokens per batch.")
 QuantizeOpt = typer.Option(
     "none", "--quantize", metavar="MODE", help="int8: dynamic int8 linear layers (CPU), or none."
 )
@@ -146,6 +151,11 @@ def run_dir_of(recipe_path: Path, run_dir: Path | None) -> Path:
         raise ConfigError(f"{flag}{path}: is a file, expected a directory; give another "
                           "--run-dir")
     return path
+
+
+def std_stream(path: Path | None) -> Path | None:
+    """-i - / -o -: stdin or stdout, as most Unix tools read it (None means the stream)."""
+    return None if path is not None and str(path) == "-" else path
 
 
 def one_of(new: str, new_value: T | None, old: str, old_value: T | None) -> T | None:

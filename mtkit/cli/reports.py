@@ -9,7 +9,14 @@ from pathlib import Path
 
 import typer
 
-from mtkit.cli.options import BeamOpt, DeviceOpt, ModelsOpt, TagOpt, one_of
+from mtkit.cli.options import (
+    BeamOpt,
+    DeviceOpt,
+    ModelsOpt,
+    TagOpt,
+    one_of,
+    std_stream,
+)
 from mtkit.errors import ConfigError
 
 log = logging.getLogger("mtkit")
@@ -77,7 +84,7 @@ def score(
     refs: list[Path] = typer.Option(..., "-r", "--ref", metavar="FILE",
                                     help="Reference file (repeatable)."),
     hyp: Path | None = typer.Option(None, "-i", "--input", metavar="FILE", show_default="stdin",
-                                    help="Hypotheses."),
+                                    help="Hypotheses (-: stdin)."),
     old_hyp: Path | None = typer.Option(None, "--hyp", hidden=True),  # the old spelling
     systems: list[Path] | None = typer.Option(
         None, "-s", "--system", metavar="FILE",
@@ -104,7 +111,7 @@ def score(
     from mtkit.evaluate.score import ScoreRequest, score_report
 
     sys.stdout.write(score_report(ScoreRequest(
-        refs=tuple(refs), hyp=one_of("--input", hyp, "--hyp", old_hyp),
+        refs=tuple(refs), hyp=std_stream(one_of("--input", hyp, "--hyp", old_hyp)),
         systems=tuple(systems or ()), metrics=metrics, as_json=as_json, tokenize=tokenize,
         lowercase=lowercase, chrf_lowercase=chrf_lowercase,
         ter_case_sensitive=ter_case_sensitive, tgt_lang=tgt_lang, paired_ar=paired_ar,

@@ -152,8 +152,8 @@ def average(
     ),
     output: Path = typer.Option(..., "-o", "--output", metavar="FILE",
                                 help="Where to write the average."),
-    last: int = typer.Option(0, "--last", metavar="K",
-                             help="Average the last K step checkpoints of RUN_DIR."),
+    last: int | None = typer.Option(None, "--last", metavar="K", min=1, show_default=False,
+                                    help="Average the last K step checkpoints of RUN_DIR."),
     best: bool = typer.Option(
         False, "--best", help="Average the best-K checkpoints RUN_DIR kept (train.average)."
     ),
@@ -163,17 +163,19 @@ def average(
     from mtkit.train.run import RunPaths
 
     paths = list(checkpoints or [])
-    if last and best:
+    by_last = last is not None  # (click refuses --last below 1)
+    if by_last and best:
         raise ConfigError("average: give --last K or --best, not both")
-    if last or best:
-        flag = "--last" if last else "--best"
+    if by_last or best:
+        flag = "--last" if by_last else "--best"
         if len(paths) != 1 or not paths[0].is_dir():
             given = " ".join(map(str, paths)) or "nothing"
             raise ConfigError(f"average {flag} takes exactly one run directory, got {given}")
         run = RunPaths(paths[0])
-        paths = run.step_checkpoints()[-last:] if last else run.top_checkpoints()
+        paths = run.step_checkpoints()[-last:] if by_last else run.top_checkpoints()
         if not paths:
-            kind = "step checkpoints" if last else "best_N.pt checkpoints (train.average: best-K)"
+            kind = ("step checkpoints" if by_last
+                    else "best_N.pt checkpoints (train.average: best-K)")
             raise ConfigError(f"average: no {kind} in {run.checkpoints}")
     if not paths:
         raise ConfigError("average: give checkpoint files, --last K RUN_DIR or --best RUN_DIR")

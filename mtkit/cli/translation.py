@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import typer
 
 from mtkit.cli.options import (
+    MAX_THREADS,
     AlignmentLayerOpt,
     AlignmentsOpt,
     AlignmentUnitOpt,
@@ -42,6 +43,7 @@ from mtkit.cli.options import (
     TgtLangOpt,
     WholeFileOpt,
     one_of,
+    std_stream,
 )
 from mtkit.cli.options import ThreadsOpt as ServeThreadsOpt
 from mtkit.errors import ConfigError
@@ -69,8 +71,9 @@ ApiKeyOpt = typer.Option(
     None, "--api-key", metavar="KEY", envvar="MTKIT_API_KEY", show_envvar=True,
     help="Answer translation requests only with this key (api_key or Authorization: Bearer).")
 TranslateThreadsOpt = typer.Option(
-    0, "--threads", metavar="N", help="CPU threads. 0: chosen per batch (CTranslate2: one "
-    "thread for small batches, all cores for large; torch: all cores). N: N intra-op threads."
+    0, "--threads", metavar="N", min=0, max=MAX_THREADS, help="CPU threads. 0: chosen per "
+    "batch (CTranslate2: one thread for small batches, all cores for large; torch: all "
+    "cores). N: N intra-op threads."
 )
 ShardOpt = typer.Option(
     None, "--shard", metavar="I/N", help="Translate only share I (from 0) of N contiguous "
@@ -137,7 +140,8 @@ def translate(
     if alignment_unit is not None and not alignments:
         raise ConfigError("--alignment-unit: give --alignments too")
     job = TranslateJob(
-        models=tuple(models), input_file=input_file, output_file=output_file,
+        models=tuple(models), input_file=std_stream(input_file),
+        output_file=std_stream(output_file),
         shard=Shard.parse(shard) if shard is not None else None,
         decode=DecodeChoices(beam, lenpen, stop, nbest, max_len_a, max_len_b, sampling,
                              temperature, seed, alignment_layer,
@@ -158,7 +162,7 @@ def score_pairs(
                                   help="Their translations, one per source line."),
     output_file: Path | None = OutputOpt,
     tag: str | None = TagOpt,
-    max_tokens: int = typer.Option(4096, "--max-tokens", metavar="N",
+    max_tokens: int = typer.Option(4096, "--max-tokens", metavar="N", min=1,
                                    help="Tokens per batch (a pair's longer side, padded)."),
     device: str = DeviceOpt,
     threads: int = TranslateThreadsOpt,
@@ -174,9 +178,9 @@ def score_pairs(
     from mtkit.decode.score_job import ScoreJob, score_job
 
     job = ScoreJob(models=tuple(models), src_file=src_file, tgt_file=tgt_file,
-                   output_file=output_file, tag=tag, max_tokens=max_tokens, device=device,
-                   threads=threads, quantize=quantize, engine=engine, quiet=quiet,
-                   skip_long=skip_long)
+                   output_file=std_stream(output_file), tag=tag, max_tokens=max_tokens,
+                   device=device, threads=threads, quantize=quantize, engine=engine,
+                   quiet=quiet, skip_long=skip_long)
     _run_and_summarise(lambda: score_job(job), quiet)
 
 

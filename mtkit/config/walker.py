@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import types
@@ -168,6 +169,8 @@ def _read_float(value: Any, key: str, ctx: Context, bounds: tuple | None) -> flo
         value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ctx.fail(key, f"expected a number, got {_show(value)}")
+    if not math.isfinite(value):  # NaN passes every range check, and no key means infinity
+        raise ctx.fail(key, f"expected a finite number, got {value}")
     _check_range(key, float(value), bounds, ctx)
     return float(value)
 

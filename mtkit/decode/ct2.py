@@ -55,10 +55,9 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
     `alignment_layer`: the decoder layer word alignments read (None: the recipe's
     decode.alignment_layer); the export fixes it, and its recipe says so."""
     if quantization not in QUANTIZATIONS:
-        raise ConfigError(f"--quantization {quantization}: expected one of "
+        raise ConfigError(f"--quantize {quantization}: expected one of "
                           f"{', '.join(QUANTIZATIONS)}")
-    if out_dir.exists() and not force:
-        raise ConfigError(f"{out_dir}: already exists; use --force to replace it")
+    _check_output(model_path, out_dir, force)
     ctranslate2 = _ctranslate2()
     bundle = load_checkpoint(model_path)
     recipe = _with_alignment_layer(bundle.recipe, alignment_layer)
@@ -92,6 +91,26 @@ def export(model_path: Path, out_dir: Path, quantization: str = "int8", force: b
         replace_dir(partial, out_dir)  # a crash leaves the old export or the new one, never half
     finally:
         shutil.rmtree(partial, ignore_errors=True)  # a no-op after the swap
+
+
+def _check_output(model_path: Path, out_dir: Path, force: bool) -> None:
+    """-o must be new, or (with --force) an earlier export or an empty directory, and not
+    hold the input model: replacing anything else would delete what the user wrote, the
+    model being exported included (binarize's output directory is guarded the same way)."""
+    model, out = Path(os.path.realpath(model_path)), Path(os.path.realpath(out_dir))
+    if out == model or out in model.parents:
+        raise ConfigError(f"-o {out_dir}: is or holds the input model -m {model_path}; "
+                          "give another directory")
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise ConfigError(f"-o {out_dir}: exists and is not a directory; give a new "
+                          "directory (--force replaces only an earlier export)")
+    if not force:
+        raise ConfigError(f"{out_dir}: already exists; use --force to replace it")
+    if not is_exported_model(out_dir) and any(out_dir.iterdir()):
+        raise ConfigError(f"-o {out_dir}: is not a CTranslate2 export (no {MARKER}); "
+                          "--force replaces only an earlier export; give another directory")
 
 
 def _spec(ctranslate2, model: Transformer, recipe: Recipe):

@@ -64,6 +64,9 @@ def _metric_names(metrics: str) -> tuple[str, ...]:
     for name in names:
         if name not in METRICS:
             raise ConfigError(f"--metrics {metrics}: unknown metric {name!r}; use bleu, chrf, ter")
+    if not names:  # (`--metrics ,` or "": nothing would be scored, and nothing printed)
+        raise ConfigError(f"--metrics {metrics!r}: no metric given; use one or more of bleu, "
+                          "chrf, ter, separated by commas")
     return names
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -26,12 +27,19 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
 
     On any error (disk full, read-only directory) the temporary file is removed and the
     previous file under `path` is left as it was; an OSError becomes an OutputError. The
-    parent directory must exist: creating it is the caller's decision.
+    parent directory must exist: creating it is the caller's decision. A symlink is
+    followed (the file it names is replaced, the link stays); a device, FIFO or socket
+    is written through as a shell's `>` would (see _write_through).
     """
     path = Path(path)
+    target = Path(os.path.realpath(path))
+    if _exists_but_not_regular(target):
+        _write_through(path, target, write)
+        return
     tmp_name = None
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                        dir=target.parent)
         # mkstemp creates the file 0600; give it the mode open() would, so that a model or
         # manifest others may read keeps the permissions a plain write gave it
         if hasattr(os, "fchmod"):  # not on Windows, where the mode bits mean little
@@ -40,9 +48,9 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
             write(file)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(tmp_name, path)
+        os.replace(tmp_name, target)
         tmp_name = None
-        fsync_dir(path.parent)
+        fsync_dir(target.parent)
     except OSError as exc:
         raise OutputError(
             f"{path}: cannot write ({exc.strerror or exc}); the previous file, if any, is intact"
@@ -50,6 +58,25 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     finally:
         if tmp_name is not None and os.path.exists(tmp_name):
             os.unlink(tmp_name)
+
+
+def _exists_but_not_regular(path: Path) -> bool:
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # missing (or unreadable: the write itself will say why)
+        return False
+
+
+def _write_through(path: Path, target: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write straight into a device or FIFO (`-o /dev/null`, a named pipe): renaming a
+    regular file over it would replace the device with a file, and it has no previous
+    content to protect. A directory fails here too, with its own error."""
+    try:
+        with open(target, "wb") as file:
+            write(file)
+            file.flush()  # (a device such as /dev/full fails here: ENOSPC)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -111,6 +138,8 @@ def replace_dir(partial: Path, out_dir: Path) -> None:
     """
     partial, out_dir = Path(partial), Path(out_dir)
     old = old_dir(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():  # a file there is not ours to replace
+        raise OutputError(f"{out_dir}: exists and is not a directory; give a directory path")
     if out_dir.exists():
         os.replace(out_dir, old)
     os.replace(partial, out_dir)

@@ -119,16 +119,17 @@ def read_json(path: Path) -> Any:
 
 def read_json_lines(path: Path) -> list[dict[str, Any]]:
     """The records of a JSON-lines file such as metrics.jsonl (none if it is missing);
-    a line that does not decode, e.g. the last one cut by a crash, is skipped."""
+    a line that does not decode, as UTF-8 or as JSON (the last one cut by a crash, a
+    damaged byte), is skipped."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_bytes().splitlines()
     except OSError:
         return []
     records = []
     for line in lines:
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = json.loads(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError and json.JSONDecodeError alike
             continue
         if isinstance(record, dict):
             records.append(record)

@@ -237,11 +237,23 @@ def save_checkpoint(path: Path, bundle: Bundle) -> None:
     atomic_write(Path(path), lambda file: torch.save(raw, file))
 
 
+def _not_a_model_file(path: Path) -> str:
+    """Why `path`, which is not a regular file, cannot be loaded: what it is instead."""
+    if (path / "mtkit.json").is_file():  # ct2.MARKER (ct2 imports this module)
+        return (f"{path}: is a CTranslate2 export directory, expected an mtkit model file "
+                "(give the model it was exported from, or translate it with --engine auto)")
+    if path.is_dir():
+        return f"{path}: is a directory, expected a model file"
+    if path.exists():
+        return f"{path}: is not a regular file, expected a model file"
+    return f"{path}: model file not found"
+
+
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Bundle:
     """Load and check a bundle; every failure is one CheckpointError line."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"{path}: model file not found")
+        raise CheckpointError(_not_a_model_file(path))
     with open(path, "rb") as file:
         magic = file.read(4)
     if magic != b"PK\x03\x04":  # torch.save writes zip archives

@@ -76,6 +76,7 @@ def attention_pictures(job: AttentionJob, stdin: BinaryIO | None = None) -> list
     if job.lines < 1:
         raise ConfigError(f"--lines {job.lines}: expected at least 1")
     translator = Translator.load(job.models, device=job.device, tag=job.tag,
+                                 option_names={"beam": "--beam"},  # errors name the flag
                                  beam=job.beam)
     chosen_layers(translator, job.layer, job.every_head)  # its errors before stdin is read
     sentences = read_sentences(stdin if stdin is not None else sys.stdin.buffer, job.lines)

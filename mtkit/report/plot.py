@@ -77,6 +77,9 @@ def read_curves(run_dir: Path) -> Curves:
     values that are not finite numbers (a diverging run) are skipped."""
     run_dir = Path(run_dir)
     path = run_dir / METRICS_FILE
+    if run_dir.exists() and not run_dir.is_dir():
+        raise DataError(f"{run_dir}: is a file, expected a run directory (the one "
+                        "`mtkit train` wrote, with metrics.jsonl)")
     if not run_dir.is_dir():
         raise DataError(f"{run_dir}: no such run directory")
     if not path.is_file():

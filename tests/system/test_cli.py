@@ -10,8 +10,12 @@ subprocess to pin the process-level behaviour. `mtkit score`: test_score.py.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import shutil
+import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +30,7 @@ from builders import (
     tensorboard_steps,
     weights,
 )
+from conftest import CliResult
 
 import mtkit
 from mtkit.config import load_recipe, recipe_from_dict
@@ -386,6 +391,12 @@ def setup_average_incompatible(d, run):
     return ["average", run.model, "narrow.pt", "-o", "avg.pt"]
 
 
+def setup_fake_export(d, run):
+    (d / "ex").mkdir()
+    (d / "ex" / "mtkit.json").write_text("{}")  # what marks an export directory
+    return ["translate", "-m", "ex", "--engine", "torch"]
+
+
 ROWS = {
     # name: (setup(dir, tiny_run) -> argv, needles the one error line must contain)
     "missing recipe": (lambda d, run: ["train", "nope.yaml"], ["nope.yaml", "not found"]),
@@ -445,6 +456,28 @@ ROWS = {
     "score: line counts differ": (setup_score_mismatch, ["2 lines", "ref.en", "has 3"]),
     "average: incompatible checkpoints": (
         setup_average_incompatible, ["narrow.pt", "architecture"]
+    ),
+    "average: a directory among the checkpoints": (
+        lambda d, run: (d / "adir").mkdir() or ["average", run.model, "adir", "-o", "avg.pt"],
+        ["adir: is a directory, expected a model file"],
+    ),
+    "translate: an export with --engine torch": (
+        setup_fake_export, ["ex: is a CTranslate2 export directory", "--engine auto"]
+    ),
+    "translate: a FIFO as model": (
+        lambda d, run: os.mkfifo(d / "fifo") or ["translate", "-m", "fifo"],
+        ["fifo: is not a regular file"],
+    ),
+    "attention: --beam 0": (
+        lambda d, run: ["attention", "-m", run.model, "-o", "a.png", "--beam", "0"],
+        ["--beam 0: 0 is out of range"],
+    ),
+    "export: --quantize int4": (
+        lambda d, run: ["export", "-m", run.model, "-o", "ex", "--quantize", "int4"],
+        ["--quantize int4: expected one of"],
+    ),
+    "plot: a model file as run directory": (
+        lambda d, run: ["plot", run.model, "-o", "p.png"], ["model.pt: is a file", "run directory"]
     ),
 }
 
@@ -509,6 +542,45 @@ def test_score_empty_hypothesis_file(tmp_path, mtkit_inprocess, expect_error):
     expect_error(result, "hypotheses", "no lines")
 
 
+STREAM_ROWS = {
+    # (command, shell redirection): needles of the one error line
+    ("translate", "<&-"): ["standard input is closed"],
+    ("score", "<&-"): ["standard input is closed"],
+    ("translate", ">&-"): ["standard output is closed"],
+    ("score-pairs", ">&-"): ["standard output is closed"],
+    ("info", ">&-"): ["standard output is closed"],
+    ("translate", "> full"): ["standard output: No space left on device"],
+    ("score-pairs", "> full"): ["standard output: No space left on device"],
+    ("info", "> full"): ["standard output: No space left on device"],
+    ("score", "> full"): ["standard output: No space left on device"],
+}
+
+
+@pytest.mark.parametrize("row", list(STREAM_ROWS), ids=" ".join)
+def test_a_closed_or_full_standard_stream_is_one_line(row, tiny_run, tmp_path, mtkit_script,
+                                                     expect_error):
+    """stdin or stdout closed by the shell, or stdout on a full disk (a copy of /dev/full):
+    one line and exit 2 from every command, however it reads or writes them."""
+    command, redirect = row
+    if redirect == "> full":
+        try:
+            os.mknod(tmp_path / "full", 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    (tmp_path / "a.es").write_text("hola\n")
+    (tmp_path / "a.en").write_text("hello\n")
+    argv = {"translate": ["translate", "-m", tiny_run.model, "--beam", "1"],
+            "score": ["score", "--ref", "a.en"] + ([] if redirect == "<&-" else ["-i", "a.en"]),
+            "score-pairs": ["score-pairs", "-m", tiny_run.model, "--src", "a.es", "--tgt", "a.en"],
+            "info": ["info", tiny_run.model]}[command]
+    exe, env = mtkit_script
+    feed = "" if redirect == "<&-" else "echo hola | "
+    done = subprocess.run(["bash", "-c", f"{feed}{shlex.join(map(str, [exe, *argv]))} {redirect}"],
+                          cwd=tmp_path, env=env, capture_output=True, timeout=300)
+    result = CliResult(done.returncode, done.stdout.decode(), done.stderr.decode())
+    expect_error(result, *STREAM_ROWS[row])
+
+
 def setup_run_dir_file(d, run):
     (d / "afile").write_text("not a directory\n")
     return ["train", bible_recipe(d).name, "--run-dir", "afile"]
@@ -523,6 +595,15 @@ USAGE_ROWS = {
     ("score", "-m", "bleu"): ["score:", "-m", "use --metrics"],
     ("nope",): ["nope", "mtkit --help"],
     ("binarize", "--out", "a", "-o", "b"): ["--out", "--output"],
+    ("translate", "-m", "m.pt", "--threads", "100000"): ["translate:", "--threads", "1024"],
+    ("score-pairs", "-m", "m.pt", "--threads", "-1"): ["score-pairs:", "--threads"],
+    ("serve", "-m", "m.pt", "--threads", "5000"): ["serve:", "--threads", "1024"],
+    ("average", "--last", "-1", "runs/x", "-o", "x.pt"): ["average:", "--last", "1"],
+    ("average", "--last", "0", "runs/x", "-o", "x.pt"): ["average:", "--last", "1"],
+    ("translate", "-m", "m.pt", "--max-tokens", "0"): ["translate:", "--max-tokens", "1"],
+    ("score-pairs", "-m", "m.pt", "--src", "a", "--tgt", "b", "--max-tokens", "-5"):
+        ["score-pairs:", "--max-tokens", "1"],
+    ("serve", "-m", "m.pt", "--max-tokens", "0"): ["serve:", "--max-tokens", "1"],
 }
 
 

@@ -35,3 +35,22 @@ def test_export_and_translate_through_the_cli(reverse_model, tmp_path, mtkit_cli
     top = ["translate", "-m", "exported", "--stop", "top"]  # CTranslate2's own rule, in effect
     done = mtkit_cli(top, cwd=tmp_path, input="hola\n")
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1, done.stderr
+
+
+def test_export_never_replaces_a_file_or_the_input_model(reverse_model, tmp_path, mtkit_cli,
+                                                        expect_error):
+    """--force replaces an earlier export only: -o the model itself, a directory holding
+    it, another file or another directory is a one-line error and nothing changes."""
+    model, _ = reverse_model
+    (tmp_path / "m.pt").write_bytes(model.read_bytes())
+    (tmp_path / "notes.txt").write_text("keep me\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "file").write_text("keep me too\n")
+    for out, needle in (("m.pt", "input model"), (".", "input model"),
+                        ("notes.txt", "not a directory"), ("mine", "not a CTranslate2 export")):
+        done = mtkit_cli(["export", "-m", "m.pt", "-o", out, "--force"], cwd=tmp_path)
+        expect_error(done, f"-o {out}", needle)
+    assert (tmp_path / "m.pt").read_bytes() == model.read_bytes()
+    assert (tmp_path / "notes.txt").read_text() == "keep me\n"
+    assert (tmp_path / "mine" / "file").read_text() == "keep me too\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "mine", "notes.txt"]

@@ -172,3 +172,21 @@ def test_the_old_hyp_spelling_still_works(tmp_path, mtkit_inprocess):
     new = mtkit_inprocess(["score", "-r", ref, "-i", hyp], tmp_path)
     old = mtkit_inprocess(["score", "-r", ref, "--hyp", hyp], tmp_path)
     assert old.returncode == 0 and old.stdout == new.stdout != ""
+
+
+@pytest.mark.parametrize("metrics", [",", "", " , "])
+def test_no_metric_is_an_error(metrics, tmp_path, mtkit_inprocess, expect_error):
+    hyp = write_lines(tmp_path / "hyp.txt", HYPS)
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    result = mtkit_inprocess(["score", "-r", ref, "--metrics", metrics, "-i", hyp], tmp_path)
+    expect_error(result, "--metrics", "no metric given")
+
+
+def test_dash_reads_the_hypotheses_from_stdin(tmp_path, mtkit_cli):
+    hyp = write_lines(tmp_path / "hyp.txt", HYPS)
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    by_file = mtkit_cli(["score", "-r", ref, "-i", hyp], cwd=tmp_path)
+    by_dash = mtkit_cli(["score", "-r", ref, "-i", "-"], cwd=tmp_path,
+                        input=Path(hyp).read_bytes())
+    assert by_dash.returncode == 0, by_dash.stderr
+    assert by_dash.stdout == by_file.stdout != ""

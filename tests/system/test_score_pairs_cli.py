@@ -65,6 +65,10 @@ def test_one_line_per_pair_as_the_python_api_scores(tiny_run, pairs, expected, m
                       "--tgt", tgt, "-o", out, "--quiet", "--max-tokens", "50"], cwd=tmp_path)
     assert (both.returncode, both.stdout, both.stderr) == (0, "", "")
     assert parse(out.read_text()) == pytest.approx(found, abs=2e-4)
+    dash = mtkit_cli(["score-pairs", "-m", tiny_run.model, "--src", src, "--tgt", tgt, "-o", "-",
+                      "--quiet"], cwd=tmp_path)  # -o -: stdout, no file named "-"
+    assert dash.returncode == 0 and dash.stdout == done.stdout, dash.stderr
+    assert not (tmp_path / "-").exists()
 
 
 def test_files_of_unequal_length_are_one_error_naming_both(tiny_run, pairs, mtkit_inprocess,

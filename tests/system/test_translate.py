@@ -14,6 +14,7 @@ import math
 import os
 import re
 import select
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -243,6 +244,35 @@ def test_input_and_output_files_with_crlf(model, mtkit_cli, tmp_path, hostile):
     out = output_lines(hostile.stdout)
     written = (tmp_path / "out.en").read_text(encoding="utf-8")
     assert output_lines(written) == [out[0], out[3], "", out[10], out[13]]
+
+
+def test_output_through_a_symlink_and_onto_a_device(model, mtkit_cli, tmp_path, expect_error):
+    """-o follows a symlink (the file it names is replaced, the link stays) and writes
+    through a device; a full one (a copy of /dev/full) is a one-line error."""
+    (tmp_path / "real.en").write_text("previous\n")
+    (tmp_path / "link.en").symlink_to("real.en")
+    result = mtkit_cli(["translate", "-m", model, "--beam", "1", "-o", "link.en"],
+                       cwd=tmp_path, input=b"hola\n")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "link.en").is_symlink()
+    assert (tmp_path / "real.en").read_text(encoding="utf-8") != "previous\n"
+    try:
+        os.mknod(tmp_path / "full", 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    result = mtkit_cli(["translate", "-m", model, "--beam", "1", "-o", "full"], cwd=tmp_path,
+                       input=b"hola\n")
+    expect_error(result, "full", "No space left on device")
+    assert stat.S_ISCHR((tmp_path / "full").stat().st_mode)
+
+
+def test_dash_means_stdin_and_stdout(model, mtkit_cli, tmp_path, hostile):
+    """-i - and -o -, as most Unix tools read them: no file named "-" is read or written."""
+    result = mtkit_cli(["translate", "-m", model, "--beam", "1", "-i", "-", "-o", "-"],
+                       cwd=tmp_path, input=b"".join(line + b"\n" for line in HOSTILE))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == hostile.stdout
+    assert not (tmp_path / "-").exists()
 
 
 def test_ensemble_of_one_model_twice_equals_the_model(model, mtkit_cli, tmp_path, hostile):

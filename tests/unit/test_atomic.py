@@ -6,12 +6,20 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import threading
 from pathlib import Path
 
 import pytest
 
 from mtkit.errors import OutputError
-from mtkit.files.atomic import atomic_write, atomic_write_json, old_dir, recover_dir, replace_dir
+from mtkit.files.atomic import (
+    atomic_write,
+    atomic_write_bytes,
+    atomic_write_json,
+    old_dir,
+    recover_dir,
+    replace_dir,
+)
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> None:
@@ -69,3 +77,52 @@ def test_replace_dir_and_recovery_from_a_crash_between_the_renames(tmp_path: Pat
     shutil.rmtree(out)
     recover_dir(out)  # neither exists: still a no-op
     assert not out.exists() and not old.exists()
+
+
+def char_device(path: Path, minor: int) -> Path:
+    """A copy of /dev/null (minor 3) or /dev/full (minor 7) at `path` (root only)."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    return path
+
+
+def test_atomic_write_follows_a_symlink(tmp_path: Path) -> None:
+    (tmp_path / "real").write_bytes(b"previous")
+    (tmp_path / "link").symlink_to("real")
+    atomic_write_bytes(tmp_path / "link", b"new")
+    assert (tmp_path / "link").is_symlink() and os.readlink(tmp_path / "link") == "real"
+    assert (tmp_path / "real").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+def test_atomic_write_writes_through_a_device_and_a_fifo(tmp_path: Path) -> None:
+    null = char_device(tmp_path / "null", 3)
+    atomic_write_bytes(null, b"gone")
+    assert stat.S_ISCHR(null.stat().st_mode)  # still the device, not a file
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()))
+    reader.start()
+    atomic_write_bytes(fifo, b"through the pipe")
+    reader.join(timeout=30)
+    assert read == [b"through the pipe"] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_a_full_device_is_an_output_error(tmp_path: Path) -> None:
+    full = char_device(tmp_path / "full", 7)
+    with pytest.raises(OutputError) as info:
+        atomic_write_bytes(full, b"x" * 100_000)
+    assert str(info.value) == f"{full}: cannot write (No space left on device)"
+    assert stat.S_ISCHR(full.stat().st_mode)
+
+
+def test_replace_dir_never_replaces_a_file(tmp_path: Path) -> None:
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "out").write_bytes(b"a file")
+    with pytest.raises(OutputError, match="not a directory"):
+        replace_dir(tmp_path / "partial", tmp_path / "out")
+    assert (tmp_path / "out").read_bytes() == b"a file"

@@ -11,7 +11,7 @@ import pytest
 import typer.main
 
 from mtkit.cli import app
-from mtkit.cli.options import FROM_MODEL
+from mtkit.cli.options import FROM_MODEL, MAX_THREADS
 
 GROUP = typer.main.get_command(app)
 COMMANDS = {name: GROUP.commands[name] for name in GROUP.commands}  # type: ignore[attr-defined]
@@ -106,3 +106,14 @@ def test_command_summaries_are_whole():
         summary = command.get_short_help_str(limit=45)
         assert not summary.endswith("..."), f"{name}: {summary}"
         assert summary.endswith((".", ")")), f"{name}: {summary}"
+
+
+def test_every_threads_option_has_the_same_range():
+    """--threads far above any machine's cores crashed torch (a segfault): every command
+    that takes it refuses a number outside 0..MAX_THREADS as a usage error."""
+    having = [name for name in COMMANDS if "--threads" in options(name)]
+    assert set(having) >= {"train", "translate", "score-pairs", "serve"}
+    for name in having:
+        param = options(name)["--threads"]
+        bounds = param if hasattr(param, "min") else param.type  # typer 0.29+ / click's IntRange
+        assert (bounds.min, bounds.max) == (0, MAX_THREADS), name

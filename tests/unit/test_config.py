@@ -259,6 +259,9 @@ def test_a_single_mapping_is_a_list_of_one(tmp_path):
          "decode.tune_lenpen[1]: 11.0 is out of range; expected between 0.0 and 10.0"),
         ("decode: {nbest: 0}", "decode.nbest: 0 is out of range; expected between 1 and 1000"),
         ("decode: {beam: 2, nbest: 3}", "decode.nbest (3) must not exceed decode.beam (2)"),
+        ("train: {lr: .nan}", "train.lr: expected a finite number, got nan"),
+        ("decode: {tune_lenpen: [1.0, .inf]}",
+         "decode.tune_lenpen[1]: expected a finite number, got inf"),
     ],
 )
 def test_ranges_and_checks(tmp_path, edit, message):
@@ -291,6 +294,17 @@ def test_every_number_declares_a_range(cls):
     ]
     if cls in (ModelConfig, TrainConfig, DecodeConfig):
         assert numeric
+
+
+@pytest.mark.parametrize("cls", [TokenizerConfig, ModelConfig, TrainConfig, DecodeConfig])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_no_float_key_takes_nan_or_infinity(cls, value):
+    """NaN passes every range comparison: each float key refuses it (and infinities)."""
+    hints = typing.get_type_hints(cls)
+    floats = [f.name for f in dataclasses.fields(cls) if hints[f.name] in (float, float | None)]
+    for name in floats:
+        with pytest.raises(ConfigError, match=f"{name}: expected a finite number"):
+            replace_checked(cls(), {name: value})
 
 
 def test_sections_of_the_recipe_are_all_checked_above():
@@ -327,6 +341,8 @@ def test_replace_checked_returns_a_replaced_copy():
          "--beam 0: 0 is out of range; expected between 1 and 1000"),
         (DecodeConfig(), {"beam": 0}, None,
          "command line: decode.beam: 0 is out of range; expected between 1 and 1000"),
+        (DecodeConfig(), {"lenpen": float("nan")}, {"lenpen": "--lenpen"},
+         "--lenpen nan: expected a finite number, got nan"),
         (DecodeConfig(), {"stop": "never"}, {"stop": "--stop"},
          "--stop never: expected one of early, exact, top, got 'never'"),
         (DecodeConfig(), {"stop": "never"}, {},

@@ -15,7 +15,7 @@ from test_search import random_probs, sources
 from mtkit.config import Sampling
 from mtkit.decode import sampling, search
 from mtkit.decode.prefix import ForcedPrefix
-from mtkit.decode.sampling import Draw, candidates
+from mtkit.decode.sampling import Draw, candidates, pick
 
 greedy_search = partial(search.greedy_search, specials=SPECIALS)
 sample_search = partial(sampling.sample_search, specials=SPECIALS)
@@ -165,3 +165,22 @@ def test_samples_keep_a_forced_prefix_and_the_cap_after_it():
                                [0], max_len_a=0.0, max_len_b=3, prefix=prefix)
     assert all(h.tokens[:3] == [C, D, C] and len(h.tokens) == 6 for h in samples)
     assert len({tuple(h.tokens) for h in samples}) > 1
+
+
+@pytest.mark.parametrize("kind", ["full", "topk:3", "topp:0.9"])
+def test_a_tiny_temperature_draws_the_argmax_and_a_huge_one_stays_a_distribution(kind):
+    """(lprobs / 1e-300 overflowed every token to -inf: a NaN distribution.) A vanishing
+    temperature leaves all the mass on each row's likeliest token; a huge one flattens
+    the candidates, never leaving pad and the start token with any."""
+    g = torch.Generator().manual_seed(1)
+    lprobs = (3 * torch.randn(50, 40, generator=g)).log_softmax(-1)
+    lprobs[:, :2] = -math.inf  # never emitted, as pad and the start token
+    for temperature in (1e-300, 1e-30):
+        ids, probs = candidates(lprobs, Sampling.parse(kind), temperature)
+        best = ids.gather(1, probs.argmax(-1, keepdim=True)).squeeze(1)
+        assert torch.equal(best, lprobs.argmax(-1)) and torch.all(probs.max(-1).values == 1)
+        assert torch.equal(pick(ids, probs, torch.rand(50, dtype=torch.float64)), best)
+    ids, probs = candidates(lprobs, Sampling.parse(kind), 1e300)
+    assert torch.isfinite(probs).all() and torch.all(probs[ids < 2] == 0)
+    if kind != "topp:0.9":  # (a topp cut leaves less than all the mass)
+        assert torch.allclose(probs.sum(-1), torch.ones(50, dtype=torch.float64))

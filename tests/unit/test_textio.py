@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mtkit.errors import DataError
-from mtkit.files.textio import count_lines, file_fingerprint, read_lines
+from mtkit.files.textio import count_lines, file_fingerprint, read_json_lines, read_lines
 
 
 def test_read_lines_strips_only_the_terminator(tmp_path: Path) -> None:
@@ -41,3 +41,11 @@ def test_file_fingerprint(tmp_path: Path, data_dir: Path) -> None:
     shutil.copy(data_dir / "dev.en", copy)
     assert file_fingerprint(copy) == file_fingerprint(data_dir / "dev.en")
     assert file_fingerprint(copy) != file_fingerprint(data_dir / "dev.es")
+
+
+def test_read_json_lines_skips_lines_that_do_not_decode(tmp_path: Path) -> None:
+    """A damaged byte is skipped like a line cut by a crash (plot and info read on)."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\n{"step": \xff2}\n[3]\n{"step": 4}\n{"step": ')
+    assert read_json_lines(path) == [{"step": 1}, {"step": 4}]
+    assert read_json_lines(tmp_path / "missing.jsonl") == []
