@@ -580,3 +580,24 @@ def test_changed_model_section_is_refused(changed_model_section, expect_error):
 def test_changed_model_section_leaves_recipe_yaml_alone(changed_model_section):
     run, _, _, recipe_yaml = changed_model_section
     assert (run.run_dir / "recipe.yaml").read_text(encoding="utf-8") == recipe_yaml
+
+
+@pytest.mark.parametrize("change, named", [
+    (["--set", "tokenizer.vocab_size=280"], "the tokenizer changed since this run started "
+                                            "(tokenizer.vocab_size)"),
+    (["--set", "data.train.tgt=train.en"], "the training data changed since this run started "
+                                           "(data.train.tgt)"),
+])
+def test_changed_tokenizer_or_text_is_refused_before_any_stage(tiny_run, tmp_path, change,
+                                                               named, mtkit_inprocess,
+                                                               expect_error):
+    """The check against the run's checkpoints comes before the tokenizer and binarize
+    stages: a run they rewrote would no longer match its checkpoints."""
+    run = tiny_run.copy_to(tmp_path)
+    text = (DATA / "train.en").read_text(encoding="utf-8").splitlines(keepends=True)
+    (run.root / "train.en").write_text("".join(text[:-1]) + "Amen.\n", encoding="utf-8")
+    before = mtimes(run.run_dir)
+    result = mtkit_inprocess(["train", "tiny.yaml", *change], run.root)
+    expect_error(result, "runs/tiny: ", named, "--restart")
+    assert "[tokenizer]" not in result.stderr and "[binarize]" not in result.stderr
+    assert mtimes(run.run_dir) == before
