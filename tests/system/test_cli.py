@@ -347,6 +347,28 @@ def setup_invalid_utf8(d, run):
     return ["train", "tiny.yaml"]
 
 
+def with_test_set(d, src: Path, tgt_bytes: bytes) -> list[str]:
+    """tiny.yaml with a test set of `src` and a target of `tgt_bytes`: checked under
+    --dry-run, before any stage runs."""
+    (d / "ref.en").write_bytes(tgt_bytes)
+    write_recipe(d, data__test=[{"src": str(src), "tgt": str(d / "ref.en")}])
+    return ["train", "tiny.yaml", "--dry-run"]
+
+
+def setup_test_set_mismatch(d, run):
+    lines = (DATA / "test.en").read_bytes().splitlines(keepends=True)
+    return with_test_set(d, DATA / "test.es", b"".join(lines[:-1]))
+
+
+def setup_empty_test_set(d, run):
+    (d / "empty.es").write_bytes(b"")
+    return with_test_set(d, d / "empty.es", b"")
+
+
+def setup_test_set_invalid_utf8(d, run):
+    return with_test_set(d, DATA / "test.es", (DATA / "test.en").read_bytes()[:-1] + b"\xff\n")
+
+
 def setup_truncated_model(d, run):
     (d / "trunc.pt").write_bytes(run.model.read_bytes()[:1000])
     return ["translate", "-m", "trunc.pt"]
@@ -416,6 +438,12 @@ ROWS = {
     "empty training corpus": (setup_empty_corpus, ["empty.es", "no non-empty lines"]),
     "corpus of empty lines": (setup_blank_corpus, ["blank.es", "no non-empty lines"]),
     "invalid UTF-8 in training data": (setup_invalid_utf8, ["bad.es:301", "UTF-8"]),
+    "test set files differ in length": (
+        setup_test_set_mismatch, ["tiny.yaml", "data.test[0]", "test.es has 60 lines",
+                                  "ref.en has 59"]
+    ),
+    "empty test set": (setup_empty_test_set, ["data.test[0]", "empty.es", "ref.en", "empty"]),
+    "invalid UTF-8 in a test set": (setup_test_set_invalid_utf8, ["ref.en:60", "UTF-8"]),
     "vocab size too large": (
         lambda d, run: ["train", write_recipe(d, tokenizer__vocab_size=50000).name],
         ["tokenizer.vocab_size", "50000"],
