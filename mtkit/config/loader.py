@@ -31,6 +31,42 @@ from mtkit.files.textio import read_lines
 INHERITABLE = ("tokenizer", "model")  # what a recipe with train.init_from may leave out
 
 
+class DuplicateKey(Exception):
+    """A mapping gives one key twice (line numbers from 1)."""
+
+    def __init__(self, key: Any, line: int, first: int):
+        super().__init__(f"duplicate key {key!r}")
+        self.line, self.first = line, first
+
+    def in_file(self, path: Path) -> str:
+        first = f" (first on line {self.first})" if self.first != self.line else ""
+        return f"{path}:{self.line}: {self}{first}; give each key once"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error: PyYAML keeps
+    the last silently, so a second `model:` section would replace the first unseen."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` merges; the keys given beside it override, by design
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, typing.Hashable):
+                continue  # the safe constructor refuses it with its own error
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                raise DuplicateKey(key, line, first_line[key])
+            first_line[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """yaml.safe_load, refusing duplicate keys (DuplicateKey)."""
+    return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: plain values only
+
+
 def load_recipe(
     path: str | Path, overrides: list[str] = (), check_files: bool = True
 ) -> Recipe:
@@ -39,7 +75,9 @@ def load_recipe(
     if not path.is_file():
         raise ConfigError(f"{path}: recipe not found; check the path")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = parse_yaml(path.read_text(encoding="utf-8"))
+    except DuplicateKey as exc:
+        raise ConfigError(exc.in_file(path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
@@ -132,9 +170,11 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> No
         key, _, text = item.partition("=")
         parts = key.strip().split(".")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = parse_yaml(text) if text.strip() else ""
         except yaml.YAMLError:
             raise ConfigError(f"--set {item}: cannot parse the value {text!r}") from None
+        except DuplicateKey as exc:
+            raise ConfigError(f"--set {item}: {exc}; give each key once") from None
         leaf_type = _check_override_key(parts, item)
         if strip_optional(leaf_type) is Path and isinstance(value, str) and value:
             # a path typed on the command line is relative to where the user stands

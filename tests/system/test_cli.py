@@ -311,6 +311,12 @@ def write_recipe(directory: Path, name: str = "tiny.yaml", **changes) -> Path:
     return path
 
 
+def setup_duplicate_section(d, run):
+    with open(write_recipe(d), "a", encoding="utf-8") as recipe:
+        recipe.write("model: {d_model: 32}\n")  # YAML alone would keep this one, unseen
+    return ["train", "tiny.yaml", "--dry-run"]
+
+
 def with_train_files(directory: Path, src: Path, tgt: Path) -> None:
     write_recipe(directory, data__train={"src": str(src), "tgt": str(tgt)})
 
@@ -412,6 +418,8 @@ ROWS = {
     # name: (setup(dir, tiny_run) -> argv, needles the one error line must contain)
     "missing recipe": (lambda d, run: ["train", "nope.yaml"], ["nope.yaml", "not found"]),
     "yaml syntax error": (setup_yaml_syntax, ["tiny.yaml:4:4", "YAML"]),
+    "duplicate section": (setup_duplicate_section, ["tiny.yaml:", "duplicate key 'model'",
+                                                    "give each key once"]),
     "unknown key": (
         lambda d, run: ["train", write_recipe(d, tokenizer={"vocab_sise": 300}).name],
         ["tiny.yaml", "tokenizer.vocab_sise", "did you mean 'vocab_size'"],

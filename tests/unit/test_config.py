@@ -121,6 +121,34 @@ def test_yaml_syntax_error_has_line_and_column(tmp_path):
         load_recipe(path)
 
 
+@pytest.mark.parametrize("text, message", [
+    (BASE + "model: {d_model: 32}\n", "r.yaml:10: duplicate key 'model' (first on line 8); "
+                                      "give each key once"),
+    (BASE.replace("heads: 4}", "heads: 4, heads: 2}"), "r.yaml:8: duplicate key 'heads'; "
+                                                         "give each key once"),
+    (BASE.replace("  valid:", "  test: []\n  valid:"), "r.yaml:7: duplicate key 'test' "
+                                                        "(first on line 5); give each key once"),
+])
+def test_duplicate_keys_are_refused_at_every_level(tmp_path, text, message):
+    """PyYAML keeps the last of two equal keys: a second `model:` would replace the first."""
+    with pytest.raises(ConfigError) as info:
+        load_recipe(write_recipe(tmp_path, text))
+    assert str(info.value) == f"{tmp_path / message}"
+
+
+def test_duplicate_keys_in_a_set_value_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"^--set data.test=\[\{src: a.es, src: a.en\}\]: "
+                                          r"duplicate key 'src'; give each key once$"):
+        load_recipe(write_recipe(tmp_path, BASE), ["data.test=[{src: a.es, src: a.en}]"])
+
+
+def test_yaml_merge_keys_may_be_overridden(tmp_path):
+    text = BASE.replace("model: {d_model: 64, heads: 4}",
+                        "base: &m {d_model: 32, heads: 4}\nmodel: {<<: *m, d_model: 64}")
+    with pytest.raises(ConfigError, match="unknown key 'base'"):  # but not a duplicate
+        load_recipe(write_recipe(tmp_path, text))
+
+
 def test_missing_recipe_and_required_key(tmp_path):
     with pytest.raises(ConfigError, match="recipe not found"):
         load_recipe(tmp_path / "none.yaml")
