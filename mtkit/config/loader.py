@@ -99,7 +99,9 @@ def load_recipe(
     if not recipe.data.train:  # a bundle's recipe may have none (an imported model's)
         raise ConfigError(f"{path}: data.train: list at least one corpus {{src, tgt}}")
     if check_files:
-        check_data_files(recipe, where=str(path))
+        data = raw.get("data")
+        listed = isinstance(data, dict) and isinstance(data.get("train"), list)
+        check_data_files(recipe, where=str(path), train_listed=listed)
     return recipe
 
 
@@ -176,10 +178,25 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> No
         except DuplicateKey as exc:
             raise ConfigError(f"--set {item}: {exc}; give each key once") from None
         leaf_type = _check_override_key(parts, item)
-        if strip_optional(leaf_type) is Path and isinstance(value, str) and value:
-            # a path typed on the command line is relative to where the user stands
-            value = str(Path(value).expanduser().absolute())
-        _section_of(raw, parts, item)[parts[-1]] = value
+        # a path typed on the command line is relative to where the user stands, in a
+        # list or mapping value too (the recipe's own paths: to the recipe's directory)
+        _section_of(raw, parts, item)[parts[-1]] = _absolute_paths(leaf_type, value)
+
+
+def _absolute_paths(tp: Any, value: Any) -> Any:
+    """`value` with every string that a Path field of `tp` will read made absolute; what
+    does not fit the type is left for the walker to refuse."""
+    tp = strip_optional(tp)
+    if tp is Path and isinstance(value, str) and value:
+        return str(Path(value).expanduser().absolute())
+    if typing.get_origin(tp) is tuple and typing.get_args(tp)[1:] == (Ellipsis,):
+        tp = typing.get_args(tp)[0]  # a variadic list: each item is read as its type
+    if isinstance(value, list):
+        return [_absolute_paths(tp, item) for item in value]
+    if dataclasses.is_dataclass(tp) and not is_value_type(tp) and isinstance(value, dict):
+        hints = field_types(tp)
+        return {k: _absolute_paths(hints[k], v) if k in hints else v for k, v in value.items()}
+    return value
 
 
 def _section_of(raw: dict[str, Any], parts: list[str], item: str) -> dict[str, Any]:
@@ -217,10 +234,13 @@ def _check_override_key(parts: list[str], item: str) -> Any:
     return cls
 
 
-def check_data_files(recipe: Recipe, where: str) -> None:
-    """Every data file the recipe names exists (and tokenizer.model, when given)."""
+def check_data_files(recipe: Recipe, where: str, train_listed: bool = False) -> None:
+    """Every data file the recipe names exists (and tokenizer.model, when given). Errors
+    name a training corpus data.train[i] when there are several or the recipe gives a
+    list, data.train when it gives one mapping."""
+    listed = train_listed or len(recipe.data.train) > 1
     pairs: list[tuple[str, Pair | Corpus | None]]
-    pairs = [(f"data.train[{i}]" if len(recipe.data.train) > 1 else "data.train", c)
+    pairs = [(f"data.train[{i}]" if listed else "data.train", c)
              for i, c in enumerate(recipe.data.train)]
     pairs += [("data.valid", recipe.data.valid)]
     pairs += [(f"data.test[{i}]", p) for i, p in enumerate(recipe.data.test)]

@@ -463,6 +463,42 @@ def test_the_cpu_recipe_takes_another_pair_by_its_data_paths_alone(tmp_path, mon
     assert dataclasses.replace(other, data=shipped.data) == shipped
 
 
+@pytest.mark.parametrize("value", [
+    "data.train=[{src: a.es, tgt: a.en}, {src: b.es, tgt: b.en, weight: 2}]",
+    "data.train={src: a.es, tgt: b.en}",
+    "data={train: {src: a.es, tgt: a.en}, test: [{src: b.es, tgt: b.en}]}",
+])
+def test_set_paths_in_a_list_or_mapping_are_read_from_the_current_directory(
+        tmp_path, monkeypatch, value):
+    """As the scalar form (data.train.src=a.es) reads them: a recipe in r/ whose own paths
+    are ../a.es does not read a --set value's a.es as r/a.es."""
+    write_recipe(tmp_path, "")
+    for name in ("b.es", "b.en"):
+        (tmp_path / name).write_text("adios\n", encoding="utf-8")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "x.yaml").write_text(BASE.replace("a.e", "../a.e"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    recipe = load_recipe(Path("r/x.yaml"), [value])
+    files = {tmp_path / p for pair in (*recipe.data.train, *recipe.data.test)
+             for p in (pair.src, pair.tgt)}  # the recipe's own are relative to here too
+    assert files <= {tmp_path / name for name in ("a.es", "a.en", "b.es", "b.en")}
+    assert recipe.data.train[0].src == tmp_path / "a.es"
+
+
+@pytest.mark.parametrize("value, key", [
+    ("data.train=[{src: nope.es, tgt: a.en}]", "data.train[0].src"),
+    ("data.train={src: nope.es, tgt: a.en}", "data.train.src"),
+    ("data.train.src=nope.es", "data.train.src"),
+])
+def test_a_missing_training_file_is_named_as_the_recipe_gives_it(tmp_path, monkeypatch,
+                                                                 value, key):
+    path = write_recipe(tmp_path, BASE)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_recipe(path, [value])
+    assert str(info.value) == f"{path}: {key}: data file not found: {tmp_path / 'nope.es'}"
+
+
 def test_upgrade_renames_old_keys_and_leaves_the_rest():
     from mtkit.config.upgrade import upgrade_recipe
 
