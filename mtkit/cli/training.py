@@ -44,6 +44,7 @@ def spm_train(
     ),
 ) -> None:
     """Train the SentencePiece tokenizer (from a recipe or from flags)."""
+    from mtkit.config import TokenizerConfig, replace_checked
     from mtkit.data.run_tokenizer import train_recipe_tokenizer
     from mtkit.data.tokenizer import train_sentencepiece
 
@@ -56,15 +57,22 @@ def spm_train(
         return
     if not inputs or model_prefix is None:
         raise ConfigError("spm-train: give a recipe, or --input FILE and --model-prefix PREFIX")
-    if model_type not in ("unigram", "bpe"):
-        raise ConfigError(f"--model-type {model_type}: expected unigram or bpe")
+    # the flags are the recipe's tokenizer keys: checked the same way, errors naming the flag
+    settings = replace_checked(
+        TokenizerConfig(),
+        {"vocab_size": vocab_size, "model_type": model_type,
+         "character_coverage": character_coverage, "input_sentence_size": input_sentence_size},
+        {"vocab_size": "--vocab-size", "model_type": "--model-type",
+         "character_coverage": "--character-coverage",
+         "input_sentence_size": "--input-sentence-size"},
+    )
     path = train_sentencepiece(
         list(inputs),
         model_prefix,
-        vocab_size,
-        model_type,
-        character_coverage,
-        input_sentence_size,
+        settings.vocab_size,
+        settings.model_type,
+        settings.character_coverage,
+        settings.input_sentence_size,
     )
     log.info("tokenizer written to %s", path)
 

@@ -567,6 +567,24 @@ def test_a_usage_mistake_is_one_line(argv, tmp_path, mtkit_inprocess, expect_err
     expect_error(mtkit_inprocess(list(argv), tmp_path), *USAGE_ROWS[argv])
 
 
+SPM_FLAGS = ("spm-train", "-i", str(DATA / "dev.en"), "--model-prefix", "spm")
+OPTION_ROWS = {
+    # argv: needles of the one error line (an option's value checked as its recipe key is)
+    (*SPM_FLAGS, "--vocab-size", "-5"): ["--vocab-size -5", "expected between 8 and"],
+    (*SPM_FLAGS, "--character-coverage", "2"): ["--character-coverage 2.0",
+                                                "expected between 0.98 and 1.0"],
+    (*SPM_FLAGS, "--character-coverage", "0.95"): ["--character-coverage 0.95", "0.98"],
+    (*SPM_FLAGS, "--model-type", "word"): ["--model-type word", "unigram, bpe"],
+    (*SPM_FLAGS, "--input-sentence-size", "-1"): ["--input-sentence-size -1", "at least 0"],
+}
+
+
+@pytest.mark.parametrize("argv", list(OPTION_ROWS), ids=" ".join)
+def test_an_option_out_of_range_is_one_line(argv, tmp_path, mtkit_inprocess, expect_error):
+    expect_error(mtkit_inprocess(list(argv), tmp_path), *OPTION_ROWS[argv])
+    assert list(tmp_path.iterdir()) == []  # refused before anything is written
+
+
 def test_a_run_dir_that_is_a_file_is_one_line(tmp_path, mtkit_inprocess, expect_error):
     argv = setup_run_dir_file(tmp_path, None)
     expect_error(mtkit_inprocess(argv, tmp_path), "--run-dir afile", "is a file")

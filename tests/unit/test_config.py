@@ -89,6 +89,8 @@ def load_error(tmp_path: Path, edit: str) -> tuple[Path, str]:
         ),
         ("model: {d_model: 64, heads: '8x'}", "model.heads: expected an integer, got '8x'"),
         ("model: {d_model: 64, heads: 4, dropout: 1.5}", "model.dropout: 1.5 is out of range"),
+        ("tokenizer: {character_coverage: 0.95}",  # SentencePiece's least is 0.98
+         "tokenizer.character_coverage: 0.95 is out of range; expected between 0.98 and 1.0"),
         (
             "model: {d_model: 60, heads: 8}",
             "model.d_model (60) must be divisible by model.heads (8)",
