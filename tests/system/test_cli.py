@@ -568,6 +568,8 @@ def test_a_usage_mistake_is_one_line(argv, tmp_path, mtkit_inprocess, expect_err
 
 
 SPM_FLAGS = ("spm-train", "-i", str(DATA / "dev.en"), "--model-prefix", "spm")
+BINARIZE_FLAGS = ("binarize", "--tokenizer", "spm.model", "--src", str(DATA / "dev.es"), "--tgt",
+                  str(DATA / "dev.en"), "-o", "bin")
 OPTION_ROWS = {
     # argv: needles of the one error line (an option's value checked as its recipe key is)
     (*SPM_FLAGS, "--vocab-size", "-5"): ["--vocab-size -5", "expected between 8 and"],
@@ -576,6 +578,10 @@ OPTION_ROWS = {
     (*SPM_FLAGS, "--character-coverage", "0.95"): ["--character-coverage 0.95", "0.98"],
     (*SPM_FLAGS, "--model-type", "word"): ["--model-type word", "unigram, bpe"],
     (*SPM_FLAGS, "--input-sentence-size", "-1"): ["--input-sentence-size -1", "at least 0"],
+    (*BINARIZE_FLAGS, "--max-len", "0"): ["--max-len 0", "expected at least 1"],
+    (*BINARIZE_FLAGS, "--max-ratio", "0.5"): ["--max-ratio 0.5", "expected at least 1.0"],
+    (*BINARIZE_FLAGS, "--workers", "-1"): ["binarize:", "--workers", "greater than or equal to 0"],
+    ("train", "tiny.yaml", "--nproc", "-1"): ["train:", "--nproc", "greater than or equal to 0"],
 }
 
 
