@@ -20,6 +20,7 @@ from mtkit.config.walker import (
     Context,
     build,
     field_types,
+    internal_fields,
     read_field,
     run_check,
     strip_optional,
@@ -177,10 +178,25 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> No
             raise ConfigError(f"--set {item}: cannot parse the value {text!r}") from None
         except DuplicateKey as exc:
             raise ConfigError(f"--set {item}: {exc}; give each key once") from None
-        leaf_type = _check_override_key(parts, item)
+        f, hint = _check_override_key(parts, item)
         # a path typed on the command line is relative to where the user stands, in a
         # list or mapping value too (the recipe's own paths: to the recipe's directory)
-        _section_of(raw, parts, item)[parts[-1]] = _absolute_paths(leaf_type, value)
+        value = _absolute_paths(hint, value)
+        _check_override_value(f, hint, value, ".".join(parts))
+        _section_of(raw, parts, item)[parts[-1]] = value
+
+
+def _check_override_value(f: dataclasses.Field, hint: Any, value: Any, key: str) -> None:
+    """Read a --set value as its field will be, so that a bad one is blamed on --set, not
+    on the recipe file (the recipe as a whole is checked after)."""
+    tp = strip_optional(hint)
+    if typing.get_origin(tp) is tuple:
+        tp = typing.get_args(tp)[0]
+    if dataclasses.is_dataclass(tp) and not is_value_type(tp):  # errors name the inner key
+        ctx = Context(f"--set {key}", Path.cwd())
+    else:
+        ctx = Context("--set", Path.cwd(), label=f"--set {key}")
+    read_field(f, hint, value, key, ctx)
 
 
 def _absolute_paths(tp: Any, value: Any) -> Any:
@@ -217,21 +233,22 @@ def _section_of(raw: dict[str, Any], parts: list[str], item: str) -> dict[str, A
     return node
 
 
-def _check_override_key(parts: list[str], item: str) -> Any:
-    """Check that the dotted key exists; return the type of the field it names."""
+def _check_override_key(parts: list[str], item: str) -> tuple[dataclasses.Field, Any]:
+    """Check that the dotted key exists; return the field it names and its type."""
     cls: Any = Recipe
     for depth, part in enumerate(parts):
         hints = field_types(cls)
-        if part not in hints or part == "name":
+        if part not in hints or part == "name" or part in internal_fields(cls):
             dotted = ".".join(parts[:depth])
             raise ConfigError(f"--set {item}: {unknown_key(part, hints, dotted)}")
-        cls = strip_optional(hints[part])
+        f, hint = next(f for f in dataclasses.fields(cls) if f.name == part), hints[part]
+        cls = strip_optional(hint)
         if typing.get_origin(cls) is tuple and dataclasses.is_dataclass(typing.get_args(cls)[0]):
             cls = typing.get_args(cls)[0]  # a list of one written as its mapping (data.train)
         is_section = dataclasses.is_dataclass(cls) and not is_value_type(cls)
         if not is_section and depth < len(parts) - 1:
             raise ConfigError(f"--set {item}: {'.'.join(parts[: depth + 1])} has no sub-keys")
-    return cls
+    return f, hint
 
 
 def check_data_files(recipe: Recipe, where: str, train_listed: bool = False) -> None:

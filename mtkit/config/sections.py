@@ -27,7 +27,8 @@ from mtkit.config.decode import DecodeConfig
 from mtkit.config.fields import between, doc
 
 _AVERAGE = re.compile(r"(best|last)-([1-9]\d*)|none")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+# a number (1e3 too: YAML 1.1 leaves it text) and an optional unit
+_DURATION = re.compile(r"^\s*((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

@@ -175,6 +175,43 @@ def test_exponent_numbers_are_read_for_float_keys(tmp_path):
     for bad in ("1e", "e-3", "1e-3x", "nan", "inf"):
         path, error = load_error(tmp_path, f"train: {{lr: '{bad}'}}")
         assert error == f"{path}: train.lr: expected a number, got '{bad}'"
+
+
+def test_exponent_numbers_are_read_for_integer_and_duration_keys(tmp_path):
+    """1e3 as train.lr's 1e-3 is: a number (YAML 1.1 leaves it text); for an integer key
+    only a whole one."""
+    recipe = load_recipe(write_recipe(tmp_path, BASE),
+                         ["train.max_steps=1e3", "train.max_time=1.5e3", "train.seed=2E1"])
+    assert (recipe.train.max_steps, recipe.train.max_time, recipe.train.seed) == (1000, 1500.0,
+                                                                                   20)
+    assert isinstance(recipe.train.max_steps, int)
+    path, error = load_error(tmp_path, "train: {max_steps: 1e-3, max_time: 2e1m}")
+    assert error == f"{path}: train.max_steps: expected an integer, got '1e-3'"
+    assert load_recipe(write_recipe(tmp_path, BASE.replace("90m", "2e1m"))).train.max_time == 1200
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.lr=abc", "--set train.lr: expected a number, got 'abc'"),
+    ("train.max_steps=-1", "--set train.max_steps: -1 is out of range; expected at least 0"),
+    ("data.train=[{src: a.es, tgt: a.en, weight: 0}]",
+     "--set data.train: data.train[0].weight: 0 is not above 0"),
+    ("inherited=[model]", "--set inherited=[model]: unknown key 'inherited'; known keys: data, "
+                          "tokenizer, model, train, decode"),
+])
+def test_a_bad_set_value_is_blamed_on_set(tmp_path, override, message):
+    """Not on the recipe file, which holds no such value; internal keys are unknown."""
+    with pytest.raises(ConfigError) as info:
+        load_recipe(write_recipe(tmp_path, BASE), [override])
+    assert str(info.value).startswith(message)
+
+
+def test_an_unquoted_no_is_read_as_false_and_the_error_says_so(tmp_path):
+    text = BASE.replace("tgt: en}", "tgt: no}")
+    with pytest.raises(ConfigError) as info:
+        load_recipe(write_recipe(tmp_path, text))
+    assert str(info.value) == (
+        f"{tmp_path / 'r.yaml'}: data.langs.tgt: expected a string, got False (YAML reads an "
+        "unquoted no, off or false as false); quote it, e.g. 'no'")
     # values that come typed (flags, JSON requests) are not read from text
     with pytest.raises(ConfigError, match="decode.lenpen: expected a number, got '1e-1'"):
         replace_checked(DecodeConfig(), {"lenpen": "1e-1"})
