@@ -22,7 +22,12 @@ from mtkit.config.sampling import decode_stamp
 from mtkit.data.binarize import binarize
 from mtkit.data.corpora import training_fingerprints, training_splits
 from mtkit.data.manifest import Manifest, load_manifest
-from mtkit.data.recipe_splits import binarize_staleness, recipe_splits, train_max_len
+from mtkit.data.recipe_splits import (
+    binarize_staleness,
+    recipe_splits,
+    recipe_training_prints,
+    train_max_len,
+)
 from mtkit.data.run_tokenizer import (
     given_tokenizer,
     load_recipe_tokenizer,
@@ -54,7 +59,14 @@ from mtkit.report.plot import plot_available, plot_runs
 from mtkit.runtime import distributed as dist
 from mtkit.runtime.devices import resolve_device
 from mtkit.train.finetune import load_parent, write_parent_tokenizer
-from mtkit.train.run import RunLock, RunPaths, training_complete
+from mtkit.train.run import (
+    RESTART_ADVICE,
+    RunLock,
+    RunPaths,
+    check_same_data,
+    check_same_model,
+    training_complete,
+)
 from mtkit.train.trainer import train
 
 log = logging.getLogger("mtkit")
@@ -104,6 +116,7 @@ def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
     run_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(run_dir):
         _claim_run_dir(run)
+        _check_continuation(run)
         dist.wait_for_main()
         _run_stages(run, until)
 
@@ -166,6 +179,42 @@ def _claim_run_dir(run: PipelineRun) -> None:
         atomic_write_bytes(owner_file, name.encode() + b"\n")
 
 
+def _check_continuation(run: PipelineRun) -> None:
+    """Refuse a run that cannot continue under this recipe before the tokenizer and
+    binarize stages rewrite its files: those would then no longer match its checkpoints.
+    The train stage checks again, against what the stages made."""
+    paths = run.paths
+    if run.restart or not paths.last.is_file():
+        return
+    bundle = load_checkpoint(paths.last)
+    check_same_model(bundle, run.recipe, paths.run_dir)
+    # the training files first: when they changed, the tokenizer's stamp changed too
+    check_same_data(bundle, _training_fingerprints(run, recipe_training_prints(run.recipe)),
+                    paths.run_dir, ignore=("tokenizer",))
+    old = read_json(paths.tokenizer / "stamp.json")
+    new = _tokenizer_plan(run)[0]
+    if old is not None and old != new:  # the tokenizer stage would make another
+        raise ConfigError(f"{paths.run_dir}: the tokenizer changed since this run started "
+                          f"({', '.join(_stamp_changes(old, new))}); {RESTART_ADVICE}")
+
+
+def _stamp_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The recipe keys in which two tokenizer stamps (_tokenizer_plan) differ."""
+    names = {"init_from": "train.init_from", "model": "tokenizer.model",
+             "inputs": "data.train", "tags": "data.train tags"}
+    changed = []
+    for key in dict.fromkeys([*old, *new]):
+        if old.get(key) == new.get(key):
+            continue
+        if key == "settings":
+            if key in old and key in new:  # else tokenizer.model or init_from says it
+                changed += [f"tokenizer.{name}" for name, value in new[key].items()
+                            if old[key].get(name) != value]
+        else:
+            changed.append(names.get(key, key))
+    return changed or ["tokenizer"]
+
+
 # --------------------------------------------------------------------------- stamps
 
 
@@ -200,20 +249,25 @@ def tokenizer_stage(run: PipelineRun) -> None:
     _main_then_all(lambda: _tokenizer(run), load)
 
 
+def _tokenizer_plan(run: PipelineRun) -> tuple[dict[str, Any], str, str]:
+    """(stamp, why it is kept, where it comes from) of the run's SentencePiece model: the
+    parent's (train.init_from), the one tokenizer.model names, or one trained on the
+    training text."""
+    recipe = run.recipe
+    if run.parent is not None:
+        return ({"init_from": run.parent[1].fingerprint}, "the parent model's, unchanged",
+                f"{run.parent[1].path} (train.init_from)")
+    if run.given_tokenizer is not None:
+        return ({"model": run.given_tokenizer.fingerprint()}, "tokenizer.model's, unchanged",
+                f"{recipe.tokenizer.model} (tokenizer.model)")
+    return _tokenizer_stamp(recipe), "settings and training text unchanged", ""
+
+
 def _tokenizer(run: PipelineRun) -> None:
-    """The run's SentencePiece model: the parent's (train.init_from), the one
-    tokenizer.model names, or one trained on the training text; each as it is kept."""
+    """The run's SentencePiece model (_tokenizer_plan), each as it is kept."""
     recipe, out_dir = run.recipe, run.paths.tokenizer
     stamp_path = out_dir / "stamp.json"
-    if run.parent is not None:
-        stamp: dict[str, Any] = {"init_from": run.parent[1].fingerprint}
-        kept, source = "the parent model's, unchanged", f"{run.parent[1].path} (train.init_from)"
-    elif run.given_tokenizer is not None:
-        stamp = {"model": run.given_tokenizer.fingerprint()}
-        kept, source = "tokenizer.model's, unchanged", f"{recipe.tokenizer.model} (tokenizer.model)"
-    else:
-        stamp = _tokenizer_stamp(recipe)
-        kept, source = "settings and training text unchanged", ""
+    stamp, kept, source = _tokenizer_plan(run)
     old = read_json(stamp_path)
     if old == stamp:
         try:
@@ -284,11 +338,17 @@ def _binarize(run: PipelineRun) -> None:
 # --------------------------------------------------------------------------- train
 
 
-def train_stage(run: PipelineRun) -> None:
-    recipe, paths = run.recipe, run.paths
-    fingerprints = training_fingerprints(recipe, run.manifest.training_fingerprints())
+def _training_fingerprints(run: PipelineRun, manifest_prints: dict[str, str]) -> dict[str, str]:
+    """What identifies the run's training data in its checkpoints."""
+    fingerprints = training_fingerprints(run.recipe, manifest_prints)
     if run.parent is not None:  # a run is the continuation of one parent only
         fingerprints["init_from"] = run.parent[1].fingerprint
+    return fingerprints
+
+
+def train_stage(run: PipelineRun) -> None:
+    recipe, paths = run.recipe, run.paths
+    fingerprints = _training_fingerprints(run, run.manifest.training_fingerprints())
     done = "" if run.restart else training_complete(recipe, paths.run_dir, run.tokenizer,
                                                     fingerprints)
     if done:

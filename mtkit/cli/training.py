@@ -44,6 +44,7 @@ def spm_train(
     ),
 ) -> None:
     """Train the SentencePiece tokenizer (from a recipe or from flags)."""
+    from mtkit.config import TokenizerConfig, replace_checked
     from mtkit.data.run_tokenizer import train_recipe_tokenizer
     from mtkit.data.tokenizer import train_sentencepiece
 
@@ -56,15 +57,22 @@ def spm_train(
         return
     if not inputs or model_prefix is None:
         raise ConfigError("spm-train: give a recipe, or --input FILE and --model-prefix PREFIX")
-    if model_type not in ("unigram", "bpe"):
-        raise ConfigError(f"--model-type {model_type}: expected unigram or bpe")
+    # the flags are the recipe's tokenizer keys: checked the same way, errors naming the flag
+    settings = replace_checked(
+        TokenizerConfig(),
+        {"vocab_size": vocab_size, "model_type": model_type,
+         "character_coverage": character_coverage, "input_sentence_size": input_sentence_size},
+        {"vocab_size": "--vocab-size", "model_type": "--model-type",
+         "character_coverage": "--character-coverage",
+         "input_sentence_size": "--input-sentence-size"},
+    )
     path = train_sentencepiece(
         list(inputs),
         model_prefix,
-        vocab_size,
-        model_type,
-        character_coverage,
-        input_sentence_size,
+        settings.vocab_size,
+        settings.model_type,
+        settings.character_coverage,
+        settings.input_sentence_size,
     )
     log.info("tokenizer written to %s", path)
 
@@ -89,7 +97,7 @@ def binarize(
     output: Path | None = typer.Option(None, "-o", "--output", metavar="DIR",
                                        help="Output directory."),
     old_out: Path | None = typer.Option(None, "--out", hidden=True),  # the old spelling
-    workers: int = typer.Option(0, "--workers", metavar="N",
+    workers: int = typer.Option(0, "--workers", metavar="N", min=0,
                                 help="Encoding processes (0 = all cores)."),
     max_len: int = typer.Option(256, "--max-len", metavar="N",
                                 help="Drop training pairs longer than this."),
@@ -97,6 +105,7 @@ def binarize(
                                     help="Drop pairs with a larger ratio."),
 ) -> None:
     """Encode parallel text into memory-mapped token arrays."""
+    from mtkit.config import DataConfig, replace_checked
     from mtkit.data.binarize import binarize as binarize_files
     from mtkit.data.run_tokenizer import load_recipe_tokenizer
     from mtkit.data.tokenizer import Tokenizer
@@ -111,8 +120,11 @@ def binarize(
     out = one_of("--output", output, "--out", old_out)
     if tokenizer is None or src is None or tgt is None or out is None:
         raise ConfigError("binarize: give a recipe, or --tokenizer, --src, --tgt and --output")
+    # the filters are the recipe's data.max_len and data.max_ratio: checked the same way
+    filters = replace_checked(DataConfig(train=()), {"max_len": max_len, "max_ratio": max_ratio},
+                              {"max_len": "--max-len", "max_ratio": "--max-ratio"})
     tok = Tokenizer.from_files(tokenizer, tgt_tokenizer)
-    binarize_files(tok, {split: (src, tgt)}, out, workers, max_len, max_ratio,
+    binarize_files(tok, {split: (src, tgt)}, out, workers, filters.max_len, filters.max_ratio,
                    alignments=None if alignments is None else {split: alignments})
     log.info("binarised data written to %s", out)
 
@@ -130,8 +142,8 @@ def train(
     device: str = DeviceOpt,
     threads: int = ThreadsOpt,
     nproc: int = typer.Option(
-        0, "--nproc", metavar="N", help="Train with N processes on this machine: the same as "
-        "torchrun --standalone --nproc_per_node N -m mtkit train ..."
+        0, "--nproc", metavar="N", min=0, help="Train with N processes on this machine: the "
+        "same as torchrun --standalone --nproc_per_node N -m mtkit train ..."
     ),
 ) -> None:
     """Run the recipe pipeline: tokenizer, binarise, train, average, evaluate."""

@@ -20,14 +20,52 @@ from mtkit.config.walker import (
     Context,
     build,
     field_types,
+    internal_fields,
     read_field,
     run_check,
     strip_optional,
     unknown_key,
 )
 from mtkit.errors import ConfigError
+from mtkit.files.textio import read_lines
 
 INHERITABLE = ("tokenizer", "model")  # what a recipe with train.init_from may leave out
+
+
+class DuplicateKey(Exception):
+    """A mapping gives one key twice (line numbers from 1)."""
+
+    def __init__(self, key: Any, line: int, first: int):
+        super().__init__(f"duplicate key {key!r}")
+        self.line, self.first = line, first
+
+    def in_file(self, path: Path) -> str:
+        first = f" (first on line {self.first})" if self.first != self.line else ""
+        return f"{path}:{self.line}: {self}{first}; give each key once"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error: PyYAML keeps
+    the last silently, so a second `model:` section would replace the first unseen."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` merges; the keys given beside it override, by design
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, typing.Hashable):
+                continue  # the safe constructor refuses it with its own error
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                raise DuplicateKey(key, line, first_line[key])
+            first_line[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """yaml.safe_load, refusing duplicate keys (DuplicateKey)."""
+    return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: plain values only
 
 
 def load_recipe(
@@ -38,7 +76,9 @@ def load_recipe(
     if not path.is_file():
         raise ConfigError(f"{path}: recipe not found; check the path")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = parse_yaml(path.read_text(encoding="utf-8"))
+    except DuplicateKey as exc:
+        raise ConfigError(exc.in_file(path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
@@ -60,7 +100,9 @@ def load_recipe(
     if not recipe.data.train:  # a bundle's recipe may have none (an imported model's)
         raise ConfigError(f"{path}: data.train: list at least one corpus {{src, tgt}}")
     if check_files:
-        check_data_files(recipe, where=str(path))
+        data = raw.get("data")
+        listed = isinstance(data, dict) and isinstance(data.get("train"), list)
+        check_data_files(recipe, where=str(path), train_listed=listed)
     return recipe
 
 
@@ -131,14 +173,46 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> No
         key, _, text = item.partition("=")
         parts = key.strip().split(".")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = parse_yaml(text) if text.strip() else ""
         except yaml.YAMLError:
             raise ConfigError(f"--set {item}: cannot parse the value {text!r}") from None
-        leaf_type = _check_override_key(parts, item)
-        if strip_optional(leaf_type) is Path and isinstance(value, str) and value:
-            # a path typed on the command line is relative to where the user stands
-            value = str(Path(value).expanduser().absolute())
+        except DuplicateKey as exc:
+            raise ConfigError(f"--set {item}: {exc}; give each key once") from None
+        f, hint = _check_override_key(parts, item)
+        # a path typed on the command line is relative to where the user stands, in a
+        # list or mapping value too (the recipe's own paths: to the recipe's directory)
+        value = _absolute_paths(hint, value)
+        _check_override_value(f, hint, value, ".".join(parts))
         _section_of(raw, parts, item)[parts[-1]] = value
+
+
+def _check_override_value(f: dataclasses.Field, hint: Any, value: Any, key: str) -> None:
+    """Read a --set value as its field will be, so that a bad one is blamed on --set, not
+    on the recipe file (the recipe as a whole is checked after)."""
+    tp = strip_optional(hint)
+    if typing.get_origin(tp) is tuple:
+        tp = typing.get_args(tp)[0]
+    if dataclasses.is_dataclass(tp) and not is_value_type(tp):  # errors name the inner key
+        ctx = Context(f"--set {key}", Path.cwd())
+    else:
+        ctx = Context("--set", Path.cwd(), label=f"--set {key}")
+    read_field(f, hint, value, key, ctx)
+
+
+def _absolute_paths(tp: Any, value: Any) -> Any:
+    """`value` with every string that a Path field of `tp` will read made absolute; what
+    does not fit the type is left for the walker to refuse."""
+    tp = strip_optional(tp)
+    if tp is Path and isinstance(value, str) and value:
+        return str(Path(value).expanduser().absolute())
+    if typing.get_origin(tp) is tuple and typing.get_args(tp)[1:] == (Ellipsis,):
+        tp = typing.get_args(tp)[0]  # a variadic list: each item is read as its type
+    if isinstance(value, list):
+        return [_absolute_paths(tp, item) for item in value]
+    if dataclasses.is_dataclass(tp) and not is_value_type(tp) and isinstance(value, dict):
+        hints = field_types(tp)
+        return {k: _absolute_paths(hints[k], v) if k in hints else v for k, v in value.items()}
+    return value
 
 
 def _section_of(raw: dict[str, Any], parts: list[str], item: str) -> dict[str, Any]:
@@ -159,27 +233,31 @@ def _section_of(raw: dict[str, Any], parts: list[str], item: str) -> dict[str, A
     return node
 
 
-def _check_override_key(parts: list[str], item: str) -> Any:
-    """Check that the dotted key exists; return the type of the field it names."""
+def _check_override_key(parts: list[str], item: str) -> tuple[dataclasses.Field, Any]:
+    """Check that the dotted key exists; return the field it names and its type."""
     cls: Any = Recipe
     for depth, part in enumerate(parts):
         hints = field_types(cls)
-        if part not in hints or part == "name":
+        if part not in hints or part == "name" or part in internal_fields(cls):
             dotted = ".".join(parts[:depth])
             raise ConfigError(f"--set {item}: {unknown_key(part, hints, dotted)}")
-        cls = strip_optional(hints[part])
+        f, hint = next(f for f in dataclasses.fields(cls) if f.name == part), hints[part]
+        cls = strip_optional(hint)
         if typing.get_origin(cls) is tuple and dataclasses.is_dataclass(typing.get_args(cls)[0]):
             cls = typing.get_args(cls)[0]  # a list of one written as its mapping (data.train)
         is_section = dataclasses.is_dataclass(cls) and not is_value_type(cls)
         if not is_section and depth < len(parts) - 1:
             raise ConfigError(f"--set {item}: {'.'.join(parts[: depth + 1])} has no sub-keys")
-    return cls
+    return f, hint
 
 
-def check_data_files(recipe: Recipe, where: str) -> None:
-    """Every data file the recipe names exists (and tokenizer.model, when given)."""
+def check_data_files(recipe: Recipe, where: str, train_listed: bool = False) -> None:
+    """Every data file the recipe names exists (and tokenizer.model, when given). Errors
+    name a training corpus data.train[i] when there are several or the recipe gives a
+    list, data.train when it gives one mapping."""
+    listed = train_listed or len(recipe.data.train) > 1
     pairs: list[tuple[str, Pair | Corpus | None]]
-    pairs = [(f"data.train[{i}]" if len(recipe.data.train) > 1 else "data.train", c)
+    pairs = [(f"data.train[{i}]" if listed else "data.train", c)
              for i, c in enumerate(recipe.data.train)]
     pairs += [("data.valid", recipe.data.valid)]
     pairs += [(f"data.test[{i}]", p) for i, p in enumerate(recipe.data.test)]
@@ -193,3 +271,19 @@ def check_data_files(recipe: Recipe, where: str) -> None:
             file = getattr(pair, side, None)
             if file is not None and not file.is_file():
                 raise ConfigError(f"{where}: {key}.{side}: data file not found: {file}")
+    for i, pair in enumerate(recipe.data.test):
+        _check_test_set(f"data.test[{i}]", pair, where)
+
+
+def _check_test_set(key: str, pair: Pair, where: str) -> None:
+    """A test set is read only after training, so its files are read now, to fail before
+    any stage runs (binarize checks the training and dev files first thing, the same
+    way): every line decodes, and src and tgt have as many lines, at least one."""
+    src_lines, tgt_lines = (sum(1 for _ in read_lines(path)) for path in (pair.src, pair.tgt))
+    if src_lines != tgt_lines:
+        raise ConfigError(f"{where}: {key}: {pair.src} has {src_lines} lines but {pair.tgt} "
+                          f"has {tgt_lines}; a test set needs one reference line per source "
+                          "line")
+    if src_lines == 0:
+        raise ConfigError(f"{where}: {key}: {pair.src} and {pair.tgt} are empty; give a "
+                          "test set with at least one line, or leave it out")

@@ -30,6 +30,8 @@ Generated from the recipe's dataclasses (`mtkit/config/sections.py`) by
 A recipe is a YAML mapping of the sections below; only `data.train` is required. Any key
 can be set from the command line too: `mtkit train recipe.yaml --set train.lr=1e-3`.
 Relative paths are read from the recipe's directory (from the current one in `--set`).
+Numbers may be written 1e-3 or 1e3 (an integer key takes a whole one); text that YAML
+reads as true/false unquoted (`no`, `off`, `yes`, `on`) must be quoted: `tgt: 'no'`.
 """
 
 # the name of a type, and its plural for the items of a list

@@ -27,7 +27,8 @@ from mtkit.config.decode import DecodeConfig
 from mtkit.config.fields import between, doc
 
 _AVERAGE = re.compile(r"(best|last)-([1-9]\d*)|none")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+# a number (1e3 too: YAML 1.1 leaves it text) and an optional unit
+_DURATION = re.compile(r"^\s*((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -163,8 +164,10 @@ class TokenizerConfig:
     joint: bool = field(default=True, metadata=doc(
         "one model for both languages (needed for model.tie_embeddings: all); with kind "
         "vocab: one vocabulary"))
+    # SentencePiece itself refuses a coverage below 0.98
     character_coverage: float = field(default=0.9995, metadata=between(
-        0.9, 1.0, doc="share of the text's characters the vocabulary covers; the rest are `<unk>`"))
+        0.98, 1.0,
+        doc="share of the text's characters the vocabulary covers; the rest are `<unk>`"))
     input_sentence_size: int = field(default=1_000_000, metadata=between(
         0, doc="lines sampled for training the model; 0 = all"))
     seed: int = field(default=1, metadata=between(None, doc="seed of that sample"))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from mtkit.config.sections import is_value_type
+from mtkit.config.sections import Recipe, is_value_type
 from mtkit.errors import ConfigError
 
 # a decimal number, exponent allowed
@@ -31,7 +31,8 @@ class Context:
     base_dir: Path  # relative paths are resolved against it
     label: str | None = None  # replaces "where: key" in errors (a flag and its value)
     # YAML 1.1 reads 1e-3 (no dot) as text: in a recipe, a float key reads it as the number;
-    # values that come typed (command-line flags, JSON requests) stay strict
+    # values that come typed (command-line flags, JSON requests) stay strict (and are not
+    # told about YAML's unquoted no)
     numbers_in_text: bool = True
 
     def fail(self, key: str, problem: str) -> ConfigError:
@@ -56,8 +57,14 @@ def _is_union(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
 
+def internal_fields(cls: type) -> set[str]:
+    """The fields a recipe file cannot set (Recipe.name, Recipe.inherited)."""
+    return {f.name for f in dataclasses.fields(cls) if f.metadata.get("internal")}
+
+
 def unknown_key(key: str, known: dict[str, Any], parent: str) -> str:
-    names = [k for k in known if k != "name"]
+    internal = internal_fields(Recipe) if not parent else set()
+    names = [k for k in known if k != "name" and k not in internal]
     where = f"{parent}.{key}" if parent else key
     close = difflib.get_close_matches(key, names, n=1)
     hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(names)}"
@@ -155,6 +162,9 @@ def _read_bool(value: Any, key: str, ctx: Context, bounds: tuple | None) -> bool
 
 
 def _read_int(value: Any, key: str, ctx: Context, bounds: tuple | None) -> int:
+    if (ctx.numbers_in_text and isinstance(value, str) and _DECIMAL.fullmatch(value.strip())
+            and float(value).is_integer()):
+        value = float(value)  # YAML 1.1 reads 1e3 as text; a whole number is an integer
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -176,6 +186,11 @@ def _read_float(value: Any, key: str, ctx: Context, bounds: tuple | None) -> flo
 
 
 def _read_str(value: Any, key: str, ctx: Context, bounds: tuple | None) -> str:
+    if isinstance(value, bool) and ctx.numbers_in_text:  # YAML 1.1: unquoted no is false
+        spelled = "no, off or false" if not value else "yes, on or true"
+        raise ctx.fail(key, f"expected a string, got {value} (YAML reads an unquoted "
+                            f"{spelled} as {str(value).lower()}); quote it, e.g. "
+                            f"'{'yes' if value else 'no'}'")
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise ctx.fail(key, f"expected a string, got {_show(value)}")
     return str(value)

@@ -51,3 +51,18 @@ def binarize_staleness(recipe: Recipe, tokenizer: Tokenizer, manifest: Manifest 
         if stored != given:
             return f"the alignments of {corpus.src} changed"
     return ""
+
+
+def recipe_training_prints(recipe: Recipe) -> dict[str, str]:
+    """What Manifest.training_fingerprints will record once binarize has encoded the
+    recipe's training corpora as they are now, less the tokenizer: read from the files,
+    so that a run can be checked before binarize rewrites its data."""
+    prints = {}
+    for name, corpus in training_splits(recipe):
+        prints[f"{name}.src"] = file_fingerprint(corpus.src)
+        prints[f"{name}.tgt"] = file_fingerprint(corpus.tgt)
+        if corpus.tag is not None:
+            prints[f"{name}.tag"] = corpus.tag
+        if corpus.alignments is not None:
+            prints[f"{name}.links"] = file_fingerprint(corpus.alignments)
+    return prints

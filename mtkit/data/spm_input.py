@@ -84,7 +84,8 @@ def training_error(message: str, vocab_size: int, where: str) -> DataError:
     if match := _TOO_LOW.search(message):
         return DataError(
             f"{where}: vocab_size {vocab_size} is too small for this corpus; it needs at least "
-            f"{match.group(2)} (tokenizer.vocab_size) or a lower tokenizer.character_coverage"
+            f"{match.group(2)} (tokenizer.vocab_size), or a lower "
+            "tokenizer.character_coverage (down to 0.98, SentencePiece's least)"
         )
     # drop spm's "INTERNAL: src/file.cc(123) [check] " prefix; keep its explanation
     detail = re.sub(r"^.*?\] ", "", message.splitlines()[0]).strip() or message.strip()

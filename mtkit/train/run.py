@@ -238,27 +238,57 @@ class BadUpdates:
 # --------------------------------------------------------------------------- continuing
 
 
+RESTART_ADVICE = "use --restart to train from scratch, or another --run-dir"
+
+
 def check_same_run(bundle: Bundle, recipe: Recipe, tokenizer: Tokenizer,
                    data_fingerprints: dict[str, str], run_dir: Path) -> None:
     """Refuse to continue a run whose model, tokenizer or training data changed."""
-    advice = "use --restart to train from scratch, or another --run-dir"
+    check_same_model(bundle, recipe, run_dir)
+    if (bundle.spm_src, bundle.spm_tgt, bundle.vocab) != (
+            tokenizer.src_bytes, tokenizer.tgt_bytes, tokenizer.vocab_bytes):
+        raise ConfigError(f"{run_dir}: the tokenizer changed since this run started; "
+                          f"{RESTART_ADVICE}")
+    check_same_data(bundle, data_fingerprints, run_dir)
+
+
+def check_same_model(bundle: Bundle, recipe: Recipe, run_dir: Path) -> None:
     old, new = bundle.recipe.model, recipe.model
     if old != new:
         changed = ", ".join(f"model.{name}" for name in changed_fields(old, new))
         raise ConfigError(
             f"{run_dir}: the recipe's model section changed since this run started "
-            f"({changed}); {advice}"
+            f"({changed}); {RESTART_ADVICE}"
         )
-    if (bundle.spm_src, bundle.spm_tgt, bundle.vocab) != (
-            tokenizer.src_bytes, tokenizer.tgt_bytes, tokenizer.vocab_bytes):
-        raise ConfigError(f"{run_dir}: the tokenizer changed since this run started; {advice}")
-    if bundle.data_fingerprints.get("init_from") != data_fingerprints.get("init_from"):
+
+
+def check_same_data(bundle: Bundle, data_fingerprints: dict[str, str], run_dir: Path,
+                    ignore: tuple[str, ...] = ()) -> None:
+    """Refuse a run whose training data fingerprints (corpora.training_fingerprints) are
+    not the checkpoint's, naming the recipe keys that changed; keys in `ignore` are
+    checked elsewhere."""
+    old = {k: v for k, v in bundle.data_fingerprints.items() if k not in ignore}
+    new = {k: v for k, v in data_fingerprints.items() if k not in ignore}
+    if old.get("init_from") != new.get("init_from"):
         raise ConfigError(f"{run_dir}: train.init_from names another model than this run "
-                          f"started from; {advice}")
-    if bundle.data_fingerprints != data_fingerprints:
-        raise ConfigError(
-            f"{run_dir}: the training data changed since this run started; {advice}"
-        )
+                          f"started from; {RESTART_ADVICE}")
+    if old != new:
+        keys = [k for k in dict.fromkeys([*new, *old]) if old.get(k) != new.get(k)]
+        changed = ", ".join(dict.fromkeys(map(_recipe_key, keys)))
+        raise ConfigError(f"{run_dir}: the training data changed since this run started "
+                          f"({changed}); {RESTART_ADVICE}")
+
+
+def _recipe_key(fingerprint_key: str) -> str:
+    """The recipe key behind a training data fingerprint: "train.tgt" -> "data.train.tgt",
+    "train-2.links" -> "data.train[1].alignments"."""
+    split, _, part = fingerprint_key.partition(".")
+    if not part:
+        return {"tokenizer": "the tokenizer",
+                "sample_alpha": "tokenizer.sample_alpha"}.get(split, split)
+    number = split.removeprefix("train-")
+    corpus = f"data.train[{int(number) - 1}]" if number.isdigit() else "data.train"
+    return f"{corpus}.{'alignments' if part == 'links' else part}"
 
 
 def training_complete(recipe: Recipe, run_dir: Path, tokenizer: Tokenizer,

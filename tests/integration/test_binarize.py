@@ -15,11 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from builders import small_manifest
+from builders import prepare, reverse_links, reverse_recipe, reverse_task, small_manifest
 
+from mtkit.config import recipe_from_dict
 from mtkit.data.binarize import _Encoder, binarize
 from mtkit.data.dataset import ParallelData
 from mtkit.data.manifest import Manifest, load_manifest
+from mtkit.data.recipe_splits import recipe_training_prints
 from mtkit.data.tokenizer import UNK_ID, Tokenizer
 from mtkit.errors import ConfigError, DataError
 from mtkit.files.textio import file_fingerprint
@@ -308,3 +310,19 @@ def test_training_fingerprints(binarized: Path, tokenizer: Tokenizer, splits) ->
     without_train = Manifest("uint16", "f" * 64, 255, 3.0, {"dev": dev})
     with pytest.raises(DataError, match=r"no 'train' split \(has: dev\)"):
         without_train.training_fingerprints()
+
+
+def test_recipe_training_prints_are_what_binarize_records(tmp_path: Path) -> None:
+    """A run is checked against its checkpoints before binarize runs (pipeline.py), from
+    the recipe's files: that must be what the manifest will say, tags and links too."""
+    files = reverse_task(tmp_path / "text", n_train=60, n_test=5)
+    raw = reverse_recipe(files)
+    first = raw["data"]["train"]
+    second = {**first, "tag": "BT",
+              "alignments": str(reverse_links(files["train"][0], tmp_path / "links"))}
+    raw["data"]["train"] = [first, second]
+    recipe = recipe_from_dict(raw, name="prints")
+    tokenizer, fingerprints = prepare(recipe, tmp_path / "run")
+    assert set(fingerprints) > {"train-1.src", "train-2.tag", "train-2.links"}
+    assert {**recipe_training_prints(recipe), "tokenizer": tokenizer.fingerprint()} == \
+        fingerprints

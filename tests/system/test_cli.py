@@ -316,6 +316,12 @@ def write_recipe(directory: Path, name: str = "tiny.yaml", **changes) -> Path:
     return path
 
 
+def setup_duplicate_section(d, run):
+    with open(write_recipe(d), "a", encoding="utf-8") as recipe:
+        recipe.write("model: {d_model: 32}\n")  # YAML alone would keep this one, unseen
+    return ["train", "tiny.yaml", "--dry-run"]
+
+
 def with_train_files(directory: Path, src: Path, tgt: Path) -> None:
     write_recipe(directory, data__train={"src": str(src), "tgt": str(tgt)})
 
@@ -350,6 +356,28 @@ def setup_invalid_utf8(d, run):
     (d / "bad.en").write_bytes((DATA / "train.en").read_bytes() + b"hello world\n")
     with_train_files(d, d / "bad.es", d / "bad.en")
     return ["train", "tiny.yaml"]
+
+
+def with_test_set(d, src: Path, tgt_bytes: bytes) -> list[str]:
+    """tiny.yaml with a test set of `src` and a target of `tgt_bytes`: checked under
+    --dry-run, before any stage runs."""
+    (d / "ref.en").write_bytes(tgt_bytes)
+    write_recipe(d, data__test=[{"src": str(src), "tgt": str(d / "ref.en")}])
+    return ["train", "tiny.yaml", "--dry-run"]
+
+
+def setup_test_set_mismatch(d, run):
+    lines = (DATA / "test.en").read_bytes().splitlines(keepends=True)
+    return with_test_set(d, DATA / "test.es", b"".join(lines[:-1]))
+
+
+def setup_empty_test_set(d, run):
+    (d / "empty.es").write_bytes(b"")
+    return with_test_set(d, d / "empty.es", b"")
+
+
+def setup_test_set_invalid_utf8(d, run):
+    return with_test_set(d, DATA / "test.es", (DATA / "test.en").read_bytes()[:-1] + b"\xff\n")
 
 
 def setup_truncated_model(d, run):
@@ -401,6 +429,8 @@ ROWS = {
     # name: (setup(dir, tiny_run) -> argv, needles the one error line must contain)
     "missing recipe": (lambda d, run: ["train", "nope.yaml"], ["nope.yaml", "not found"]),
     "yaml syntax error": (setup_yaml_syntax, ["tiny.yaml:4:4", "YAML"]),
+    "duplicate section": (setup_duplicate_section, ["tiny.yaml:", "duplicate key 'model'",
+                                                    "give each key once"]),
     "unknown key": (
         lambda d, run: ["train", write_recipe(d, tokenizer={"vocab_sise": 300}).name],
         ["tiny.yaml", "tokenizer.vocab_sise", "did you mean 'vocab_size'"],
@@ -427,6 +457,12 @@ ROWS = {
     "empty training corpus": (setup_empty_corpus, ["empty.es", "no non-empty lines"]),
     "corpus of empty lines": (setup_blank_corpus, ["blank.es", "no non-empty lines"]),
     "invalid UTF-8 in training data": (setup_invalid_utf8, ["bad.es:301", "UTF-8"]),
+    "test set files differ in length": (
+        setup_test_set_mismatch, ["tiny.yaml", "data.test[0]", "test.es has 60 lines",
+                                  "ref.en has 59"]
+    ),
+    "empty test set": (setup_empty_test_set, ["data.test[0]", "empty.es", "ref.en", "empty"]),
+    "invalid UTF-8 in a test set": (setup_test_set_invalid_utf8, ["ref.en:60", "UTF-8"]),
     "vocab size too large": (
         lambda d, run: ["train", write_recipe(d, tokenizer__vocab_size=50000).name],
         ["tokenizer.vocab_size", "50000"],
@@ -612,6 +648,30 @@ def test_a_usage_mistake_is_one_line(argv, tmp_path, mtkit_inprocess, expect_err
     expect_error(mtkit_inprocess(list(argv), tmp_path), *USAGE_ROWS[argv])
 
 
+SPM_FLAGS = ("spm-train", "-i", str(DATA / "dev.en"), "--model-prefix", "spm")
+BINARIZE_FLAGS = ("binarize", "--tokenizer", "spm.model", "--src", str(DATA / "dev.es"), "--tgt",
+                  str(DATA / "dev.en"), "-o", "bin")
+OPTION_ROWS = {
+    # argv: needles of the one error line (an option's value checked as its recipe key is)
+    (*SPM_FLAGS, "--vocab-size", "-5"): ["--vocab-size -5", "expected between 8 and"],
+    (*SPM_FLAGS, "--character-coverage", "2"): ["--character-coverage 2.0",
+                                                "expected between 0.98 and 1.0"],
+    (*SPM_FLAGS, "--character-coverage", "0.95"): ["--character-coverage 0.95", "0.98"],
+    (*SPM_FLAGS, "--model-type", "word"): ["--model-type word", "unigram, bpe"],
+    (*SPM_FLAGS, "--input-sentence-size", "-1"): ["--input-sentence-size -1", "at least 0"],
+    (*BINARIZE_FLAGS, "--max-len", "0"): ["--max-len 0", "expected at least 1"],
+    (*BINARIZE_FLAGS, "--max-ratio", "0.5"): ["--max-ratio 0.5", "expected at least 1.0"],
+    (*BINARIZE_FLAGS, "--workers", "-1"): ["binarize:", "--workers", "greater than or equal to 0"],
+    ("train", "tiny.yaml", "--nproc", "-1"): ["train:", "--nproc", "greater than or equal to 0"],
+}
+
+
+@pytest.mark.parametrize("argv", list(OPTION_ROWS), ids=" ".join)
+def test_an_option_out_of_range_is_one_line(argv, tmp_path, mtkit_inprocess, expect_error):
+    expect_error(mtkit_inprocess(list(argv), tmp_path), *OPTION_ROWS[argv])
+    assert list(tmp_path.iterdir()) == []  # refused before anything is written
+
+
 def test_a_run_dir_that_is_a_file_is_one_line(tmp_path, mtkit_inprocess, expect_error):
     argv = setup_run_dir_file(tmp_path, None)
     expect_error(mtkit_inprocess(argv, tmp_path), "--run-dir afile", "is a file")
@@ -661,3 +721,24 @@ def test_changed_model_section_is_refused(changed_model_section, expect_error):
 def test_changed_model_section_leaves_recipe_yaml_alone(changed_model_section):
     run, _, _, recipe_yaml = changed_model_section
     assert (run.run_dir / "recipe.yaml").read_text(encoding="utf-8") == recipe_yaml
+
+
+@pytest.mark.parametrize("change, named", [
+    (["--set", "tokenizer.vocab_size=280"], "the tokenizer changed since this run started "
+                                            "(tokenizer.vocab_size)"),
+    (["--set", "data.train.tgt=train.en"], "the training data changed since this run started "
+                                           "(data.train.tgt)"),
+])
+def test_changed_tokenizer_or_text_is_refused_before_any_stage(tiny_run, tmp_path, change,
+                                                               named, mtkit_inprocess,
+                                                               expect_error):
+    """The check against the run's checkpoints comes before the tokenizer and binarize
+    stages: a run they rewrote would no longer match its checkpoints."""
+    run = tiny_run.copy_to(tmp_path)
+    text = (DATA / "train.en").read_text(encoding="utf-8").splitlines(keepends=True)
+    (run.root / "train.en").write_text("".join(text[:-1]) + "Amen.\n", encoding="utf-8")
+    before = mtimes(run.run_dir)
+    result = mtkit_inprocess(["train", "tiny.yaml", *change], run.root)
+    expect_error(result, "runs/tiny: ", named, "--restart")
+    assert "[tokenizer]" not in result.stderr and "[binarize]" not in result.stderr
+    assert mtimes(run.run_dir) == before

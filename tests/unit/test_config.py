@@ -89,6 +89,8 @@ def load_error(tmp_path: Path, edit: str) -> tuple[Path, str]:
         ),
         ("model: {d_model: 64, heads: '8x'}", "model.heads: expected an integer, got '8x'"),
         ("model: {d_model: 64, heads: 4, dropout: 1.5}", "model.dropout: 1.5 is out of range"),
+        ("tokenizer: {character_coverage: 0.95}",  # SentencePiece's least is 0.98
+         "tokenizer.character_coverage: 0.95 is out of range; expected between 0.98 and 1.0"),
         (
             "model: {d_model: 60, heads: 8}",
             "model.d_model (60) must be divisible by model.heads (8)",
@@ -121,6 +123,34 @@ def test_yaml_syntax_error_has_line_and_column(tmp_path):
         load_recipe(path)
 
 
+@pytest.mark.parametrize("text, message", [
+    (BASE + "model: {d_model: 32}\n", "r.yaml:10: duplicate key 'model' (first on line 8); "
+                                      "give each key once"),
+    (BASE.replace("heads: 4}", "heads: 4, heads: 2}"), "r.yaml:8: duplicate key 'heads'; "
+                                                         "give each key once"),
+    (BASE.replace("  valid:", "  test: []\n  valid:"), "r.yaml:7: duplicate key 'test' "
+                                                        "(first on line 5); give each key once"),
+])
+def test_duplicate_keys_are_refused_at_every_level(tmp_path, text, message):
+    """PyYAML keeps the last of two equal keys: a second `model:` would replace the first."""
+    with pytest.raises(ConfigError) as info:
+        load_recipe(write_recipe(tmp_path, text))
+    assert str(info.value) == f"{tmp_path / message}"
+
+
+def test_duplicate_keys_in_a_set_value_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"^--set data.test=\[\{src: a.es, src: a.en\}\]: "
+                                          r"duplicate key 'src'; give each key once$"):
+        load_recipe(write_recipe(tmp_path, BASE), ["data.test=[{src: a.es, src: a.en}]"])
+
+
+def test_yaml_merge_keys_may_be_overridden(tmp_path):
+    text = BASE.replace("model: {d_model: 64, heads: 4}",
+                        "base: &m {d_model: 32, heads: 4}\nmodel: {<<: *m, d_model: 64}")
+    with pytest.raises(ConfigError, match="unknown key 'base'"):  # but not a duplicate
+        load_recipe(write_recipe(tmp_path, text))
+
+
 def test_missing_recipe_and_required_key(tmp_path):
     with pytest.raises(ConfigError, match="recipe not found"):
         load_recipe(tmp_path / "none.yaml")
@@ -145,6 +175,43 @@ def test_exponent_numbers_are_read_for_float_keys(tmp_path):
     for bad in ("1e", "e-3", "1e-3x", "nan", "inf"):
         path, error = load_error(tmp_path, f"train: {{lr: '{bad}'}}")
         assert error == f"{path}: train.lr: expected a number, got '{bad}'"
+
+
+def test_exponent_numbers_are_read_for_integer_and_duration_keys(tmp_path):
+    """1e3 as train.lr's 1e-3 is: a number (YAML 1.1 leaves it text); for an integer key
+    only a whole one."""
+    recipe = load_recipe(write_recipe(tmp_path, BASE),
+                         ["train.max_steps=1e3", "train.max_time=1.5e3", "train.seed=2E1"])
+    assert (recipe.train.max_steps, recipe.train.max_time, recipe.train.seed) == (1000, 1500.0,
+                                                                                   20)
+    assert isinstance(recipe.train.max_steps, int)
+    path, error = load_error(tmp_path, "train: {max_steps: 1e-3, max_time: 2e1m}")
+    assert error == f"{path}: train.max_steps: expected an integer, got '1e-3'"
+    assert load_recipe(write_recipe(tmp_path, BASE.replace("90m", "2e1m"))).train.max_time == 1200
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.lr=abc", "--set train.lr: expected a number, got 'abc'"),
+    ("train.max_steps=-1", "--set train.max_steps: -1 is out of range; expected at least 0"),
+    ("data.train=[{src: a.es, tgt: a.en, weight: 0}]",
+     "--set data.train: data.train[0].weight: 0 is not above 0"),
+    ("inherited=[model]", "--set inherited=[model]: unknown key 'inherited'; known keys: data, "
+                          "tokenizer, model, train, decode"),
+])
+def test_a_bad_set_value_is_blamed_on_set(tmp_path, override, message):
+    """Not on the recipe file, which holds no such value; internal keys are unknown."""
+    with pytest.raises(ConfigError) as info:
+        load_recipe(write_recipe(tmp_path, BASE), [override])
+    assert str(info.value).startswith(message)
+
+
+def test_an_unquoted_no_is_read_as_false_and_the_error_says_so(tmp_path):
+    text = BASE.replace("tgt: en}", "tgt: no}")
+    with pytest.raises(ConfigError) as info:
+        load_recipe(write_recipe(tmp_path, text))
+    assert str(info.value) == (
+        f"{tmp_path / 'r.yaml'}: data.langs.tgt: expected a string, got False (YAML reads an "
+        "unquoted no, off or false as false); quote it, e.g. 'no'")
     # values that come typed (flags, JSON requests) are not read from text
     with pytest.raises(ConfigError, match="decode.lenpen: expected a number, got '1e-1'"):
         replace_checked(DecodeConfig(), {"lenpen": "1e-1"})
@@ -449,6 +516,42 @@ def test_the_cpu_recipe_takes_another_pair_by_its_data_paths_alone(tmp_path, mon
     assert (other.data.valid.tgt, other.data.test[0].tgt) == (tmp_path / "valid.en",
                                                               tmp_path / "test.en")
     assert dataclasses.replace(other, data=shipped.data) == shipped
+
+
+@pytest.mark.parametrize("value", [
+    "data.train=[{src: a.es, tgt: a.en}, {src: b.es, tgt: b.en, weight: 2}]",
+    "data.train={src: a.es, tgt: b.en}",
+    "data={train: {src: a.es, tgt: a.en}, test: [{src: b.es, tgt: b.en}]}",
+])
+def test_set_paths_in_a_list_or_mapping_are_read_from_the_current_directory(
+        tmp_path, monkeypatch, value):
+    """As the scalar form (data.train.src=a.es) reads them: a recipe in r/ whose own paths
+    are ../a.es does not read a --set value's a.es as r/a.es."""
+    write_recipe(tmp_path, "")
+    for name in ("b.es", "b.en"):
+        (tmp_path / name).write_text("adios\n", encoding="utf-8")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "x.yaml").write_text(BASE.replace("a.e", "../a.e"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    recipe = load_recipe(Path("r/x.yaml"), [value])
+    files = {tmp_path / p for pair in (*recipe.data.train, *recipe.data.test)
+             for p in (pair.src, pair.tgt)}  # the recipe's own are relative to here too
+    assert files <= {tmp_path / name for name in ("a.es", "a.en", "b.es", "b.en")}
+    assert recipe.data.train[0].src == tmp_path / "a.es"
+
+
+@pytest.mark.parametrize("value, key", [
+    ("data.train=[{src: nope.es, tgt: a.en}]", "data.train[0].src"),
+    ("data.train={src: nope.es, tgt: a.en}", "data.train.src"),
+    ("data.train.src=nope.es", "data.train.src"),
+])
+def test_a_missing_training_file_is_named_as_the_recipe_gives_it(tmp_path, monkeypatch,
+                                                                 value, key):
+    path = write_recipe(tmp_path, BASE)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_recipe(path, [value])
+    assert str(info.value) == f"{path}: {key}: data file not found: {tmp_path / 'nope.es'}"
 
 
 def test_upgrade_renames_old_keys_and_leaves_the_rest():

@@ -181,8 +181,11 @@ def test_vocab_size_too_large(data_dir: Path, tmp_path: Path) -> None:
 
 
 def test_vocab_size_too_small(data_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="vocab_size 10 is too small for this corpus"):
+    with pytest.raises(DataError, match="vocab_size 10 is too small for this corpus") as info:
         _train([data_dir / "dev.en"], tmp_path, vocab_size=10)
+    # the coverage it suggests lowering has a floor: SentencePiece refuses below 0.98
+    assert str(info.value).endswith("or a lower tokenizer.character_coverage (down to 0.98, "
+                                    "SentencePiece's least)")
 
 
 def test_invalid_utf8(data_dir: Path, tmp_path: Path) -> None:
