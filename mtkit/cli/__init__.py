@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import NoReturn
 
 import typer
 
@@ -90,11 +91,23 @@ def main() -> None:
     except MtkitError as exc:
         if _debug:
             raise
-        rank = os.environ.get("RANK", "0") if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "0"
-        where = f"[rank {rank}] " if rank != "0" else ""  # under torchrun every rank may say it
-        sys.stderr.write(f"{where}mtkit: error: {exc}\n")
-        sys.exit(exc.exit_code)
+        _fail(str(exc), exc.exit_code)
+    except OSError as exc:
+        # what the file system refused where no check of ours looked first (a run
+        # directory under a file, a read-only disk); a broken pipe is the streaming
+        # commands' own to end quietly
+        if _debug or isinstance(exc, BrokenPipeError):
+            raise
+        path = f"{exc.filename}: " if exc.filename is not None else ""
+        _fail(f"{path}{exc.strerror or exc}", 2)
     sys.exit(code if isinstance(code, int) else 0)  # --help and --version: 0
+
+
+def _fail(message: str, exit_code: int) -> NoReturn:
+    rank = os.environ.get("RANK", "0") if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "0"
+    where = f"[rank {rank}] " if rank != "0" else ""  # under torchrun every rank may say it
+    sys.stderr.write(f"{where}mtkit: error: {message}\n")
+    sys.exit(exit_code)
 
 
 # short flags that meant something else before every command agreed on them

@@ -147,9 +147,11 @@ def train(
     ),
 ) -> None:
     """Run the recipe pipeline: tokenizer, binarise, train, average, evaluate."""
+    from mtkit.data.recipe_splits import check_test_sets
     from mtkit.launch import TrainJob, run_train_job
 
     loaded = load_recipe(recipe, overrides)
+    check_test_sets(loaded, str(recipe))  # scored only at the end: read before any stage
     if dry_run:
         sys.stdout.write(loaded.to_yaml())
         return

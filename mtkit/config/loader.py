@@ -27,7 +27,6 @@ from mtkit.config.walker import (
     unknown_key,
 )
 from mtkit.errors import ConfigError
-from mtkit.files.textio import read_lines
 
 INHERITABLE = ("tokenizer", "model")  # what a recipe with train.init_from may leave out
 
@@ -271,19 +270,3 @@ def check_data_files(recipe: Recipe, where: str, train_listed: bool = False) -> 
             file = getattr(pair, side, None)
             if file is not None and not file.is_file():
                 raise ConfigError(f"{where}: {key}.{side}: data file not found: {file}")
-    for i, pair in enumerate(recipe.data.test):
-        _check_test_set(f"data.test[{i}]", pair, where)
-
-
-def _check_test_set(key: str, pair: Pair, where: str) -> None:
-    """A test set is read only after training, so its files are read now, to fail before
-    any stage runs (binarize checks the training and dev files first thing, the same
-    way): every line decodes, and src and tgt have as many lines, at least one."""
-    src_lines, tgt_lines = (sum(1 for _ in read_lines(path)) for path in (pair.src, pair.tgt))
-    if src_lines != tgt_lines:
-        raise ConfigError(f"{where}: {key}: {pair.src} has {src_lines} lines but {pair.tgt} "
-                          f"has {tgt_lines}; a test set needs one reference line per source "
-                          "line")
-    if src_lines == 0:
-        raise ConfigError(f"{where}: {key}: {pair.src} and {pair.tgt} are empty; give a "
-                          "test set with at least one line, or leave it out")

@@ -11,7 +11,8 @@ from mtkit.config import Recipe
 from mtkit.data.corpora import training_splits
 from mtkit.data.manifest import Manifest
 from mtkit.data.tokenizer import Tokenizer
-from mtkit.files.textio import file_fingerprint
+from mtkit.errors import ConfigError
+from mtkit.files.textio import file_fingerprint, read_lines
 
 
 def recipe_splits(recipe: Recipe) -> dict[str, tuple[Path, Path]]:
@@ -20,6 +21,23 @@ def recipe_splits(recipe: Recipe) -> dict[str, tuple[Path, Path]]:
     if recipe.data.valid is not None:
         splits["valid"] = (recipe.data.valid.src, recipe.data.valid.tgt)
     return splits
+
+
+def check_test_sets(recipe: Recipe, where: str) -> None:
+    """The test sets' files read now, to fail before any stage runs, not after training
+    (binarize checks the training and dev files first thing, the same way): every line
+    decodes, and each set's src and tgt have as many lines, at least one."""
+    for i, pair in enumerate(recipe.data.test):
+        key = f"data.test[{i}]"
+        src_lines, tgt_lines = (sum(1 for _ in read_lines(path))
+                                for path in (pair.src, pair.tgt))
+        if src_lines != tgt_lines:
+            raise ConfigError(f"{where}: {key}: {pair.src} has {src_lines} lines but "
+                              f"{pair.tgt} has {tgt_lines}; a test set needs one reference "
+                              "line per source line")
+        if src_lines == 0:
+            raise ConfigError(f"{where}: {key}: {pair.src} and {pair.tgt} are empty; give a "
+                              "test set with at least one line, or leave it out")
 
 
 def train_max_len(recipe: Recipe) -> int:

@@ -675,6 +675,11 @@ def test_an_option_out_of_range_is_one_line(argv, tmp_path, mtkit_inprocess, exp
 def test_a_run_dir_that_is_a_file_is_one_line(tmp_path, mtkit_inprocess, expect_error):
     argv = setup_run_dir_file(tmp_path, None)
     expect_error(mtkit_inprocess(argv, tmp_path), "--run-dir afile", "is a file")
+    # what only the file system finds (a directory under a file): one line as well
+    for command in ("train", "spm-train"):
+        argv = [command, bible_recipe(tmp_path).name, "--run-dir", "afile/sub"]
+        expect_error(mtkit_inprocess(argv, tmp_path), "afile/sub", "Not a directory")
+    assert (tmp_path / "afile").read_text() == "not a directory\n"
 
 
 def test_translate_takes_a_run_directory(tiny_run, tmp_path, mtkit_cli, expect_error):

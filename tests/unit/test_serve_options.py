@@ -36,7 +36,7 @@ def test_the_command_without_the_extra_is_one_line_and_exit_2(
     (["--max-chars", "0"], "--max-chars 0"),
     (["--max-body-bytes", "0"], "--max-body-bytes 0"),
     (["--max-beam", "0"], "--max-beam 0"),
-    (["--max-tokens", "0"], "--max-tokens 0"),
+    (["--max-tokens", "0"], "'--max-tokens': Input should be greater than or equal to 1"),
     (["--max-lines", "100", "--max-queue", "10"],
      "--max-lines 100 exceeds --max-queue 10: such a request could never be queued"),
     (["--api-key", " "], "--api-key: empty"),
