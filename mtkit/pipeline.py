@@ -31,13 +31,15 @@ from mtkit.data.recipe_splits import (
 from mtkit.data.run_tokenizer import (
     given_tokenizer,
     load_recipe_tokenizer,
+    stamp_changes,
+    tokenizer_stamp,
     train_recipe_tokenizer,
     write_tokenizer,
 )
 from mtkit.data.tokenizer import Tokenizer
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.translate import Translator
-from mtkit.errors import ConfigError, MtkitError
+from mtkit.errors import ConfigError
 from mtkit.evaluate.validation import (
     DevSet,
     dev_bleu,
@@ -55,7 +57,7 @@ from mtkit.model.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from mtkit.report.plot import plot_available, plot_runs
+from mtkit.report.plot import run_curves
 from mtkit.runtime import distributed as dist
 from mtkit.runtime.devices import resolve_device
 from mtkit.train.finetune import load_parent, write_parent_tokenizer
@@ -134,22 +136,7 @@ def _run_stages(run: PipelineRun, until: str | None) -> None:
         return
     log.info("stage wall times (s): %s", ", ".join(f"{k} {v}" for k, v in timings.items()))
     if run.model is not None:
-        _summary(run, _write_curves(run.paths))
-
-
-def _write_curves(paths: RunPaths) -> Path | None:
-    """RUN_DIR/curves.png when matplotlib is installed (the extra mtkit[plot]), redrawn
-    only when metrics.jsonl is newer: a second run writes nothing."""
-    curves = paths.run_dir / "curves.png"
-    if not plot_available() or not paths.metrics.is_file():
-        return None
-    if curves.is_file() and curves.stat().st_mtime >= paths.metrics.stat().st_mtime:
-        return curves
-    try:
-        return plot_runs([paths.run_dir], curves)
-    except MtkitError as exc:  # a picture is not worth failing a finished run for
-        log.warning("curves.png not written: %s", exc)
-        return None
+        _summary(run, run_curves(run.paths.run_dir, run.paths.metrics))
 
 
 def _summary(run: PipelineRun, curves: Path | None) -> None:
@@ -195,24 +182,7 @@ def _check_continuation(run: PipelineRun) -> None:
     new = _tokenizer_plan(run)[0]
     if old is not None and old != new:  # the tokenizer stage would make another
         raise ConfigError(f"{paths.run_dir}: the tokenizer changed since this run started "
-                          f"({', '.join(_stamp_changes(old, new))}); {RESTART_ADVICE}")
-
-
-def _stamp_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """The recipe keys in which two tokenizer stamps (_tokenizer_plan) differ."""
-    names = {"init_from": "train.init_from", "model": "tokenizer.model",
-             "inputs": "data.train", "tags": "data.train tags"}
-    changed = []
-    for key in dict.fromkeys([*old, *new]):
-        if old.get(key) == new.get(key):
-            continue
-        if key == "settings":
-            if key in old and key in new:  # else tokenizer.model or init_from says it
-                changed += [f"tokenizer.{name}" for name, value in new[key].items()
-                            if old[key].get(name) != value]
-        else:
-            changed.append(names.get(key, key))
-    return changed or ["tokenizer"]
+                          f"({', '.join(stamp_changes(old, new))}); {RESTART_ADVICE}")
 
 
 # --------------------------------------------------------------------------- stamps
@@ -260,7 +230,7 @@ def _tokenizer_plan(run: PipelineRun) -> tuple[dict[str, Any], str, str]:
     if run.given_tokenizer is not None:
         return ({"model": run.given_tokenizer.fingerprint()}, "tokenizer.model's, unchanged",
                 f"{recipe.tokenizer.model} (tokenizer.model)")
-    return _tokenizer_stamp(recipe), "settings and training text unchanged", ""
+    return tokenizer_stamp(recipe), "settings and training text unchanged", ""
 
 
 def _tokenizer(run: PipelineRun) -> None:
@@ -289,19 +259,6 @@ def _tokenizer(run: PipelineRun) -> None:
              else "settings or training text changed")
         run.tokenizer = train_recipe_tokenizer(recipe, out_dir)
     _write_stamp(stamp_path, stamp)
-
-
-def _tokenizer_stamp(recipe: Recipe) -> dict[str, Any]:
-    """What the SentencePiece model is made from. Tags are recorded only when there are
-    any, so the stamp of untagged data is the same in every version and its runs keep
-    their tokenizer."""
-    t = recipe.tokenizer
-    stamp: dict[str, Any] = {"settings": {name: getattr(t, name) for name in t.model_fields}}
-    corpora = recipe.data.train
-    stamp["inputs"] = [file_fingerprint(p) for c in corpora for p in (c.src, c.tgt)]
-    if recipe.data.tags:
-        stamp["tags"] = list(recipe.data.tags)
-    return stamp
 
 
 # --------------------------------------------------------------------------- binarize

@@ -5,11 +5,13 @@ written from a checkpoint's bytes, in the files a run keeps (tokenizer.py reads 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from mtkit.config import Recipe
 from mtkit.data.tokenizer import VOCAB_FILE, Tokenizer, train_sentencepiece
 from mtkit.errors import ConfigError, DataError
 from mtkit.files.atomic import atomic_write_bytes
+from mtkit.files.textio import file_fingerprint
 
 
 def model_paths(out_dir: Path, joint: bool) -> tuple[Path, Path | None]:
@@ -92,3 +94,34 @@ def load_recipe_tokenizer(out_dir: Path, joint: bool) -> Tokenizer:
         return Tokenizer.from_files(src, tgt, vocab)
     src, tgt = model_paths(Path(out_dir), joint)
     return Tokenizer.from_files(src, tgt)
+
+
+def tokenizer_stamp(recipe: Recipe) -> dict[str, Any]:
+    """What the SentencePiece model is made from. Tags are recorded only when there are
+    any, so the stamp of untagged data is the same in every version and its runs keep
+    their tokenizer."""
+    t = recipe.tokenizer
+    stamp: dict[str, Any] = {"settings": {name: getattr(t, name) for name in t.model_fields}}
+    corpora = recipe.data.train
+    stamp["inputs"] = [file_fingerprint(p) for c in corpora for p in (c.src, c.tgt)]
+    if recipe.data.tags:
+        stamp["tags"] = list(recipe.data.tags)
+    return stamp
+
+
+def stamp_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The recipe keys in which two tokenizer stamps differ (tokenizer_stamp's, or the
+    pipeline's for a given or inherited model)."""
+    names = {"init_from": "train.init_from", "model": "tokenizer.model",
+             "inputs": "data.train", "tags": "data.train tags"}
+    changed = []
+    for key in dict.fromkeys([*old, *new]):
+        if old.get(key) == new.get(key):
+            continue
+        if key == "settings":
+            if key in old and key in new:  # else tokenizer.model or init_from says it
+                changed += [f"tokenizer.{name}" for name, value in new[key].items()
+                            if old[key].get(name) != value]
+        else:
+            changed.append(names.get(key, key))
+    return changed or ["tokenizer"]

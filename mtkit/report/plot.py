@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mtkit.errors import ConfigError, DataError
+from mtkit.errors import ConfigError, DataError, MtkitError
 from mtkit.files.atomic import atomic_write
 from mtkit.files.textio import read_json_lines
 
@@ -119,6 +119,22 @@ def plot_runs(run_dirs: list[Path], out: Path, metrics: tuple[str, ...] = DEFAUL
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda file: figure.savefig(file, format="png", dpi=DPI))
     return out
+
+
+def run_curves(run_dir: Path, metrics: Path) -> Path | None:
+    """RUN_DIR/curves.png of the run's `metrics` (metrics.jsonl) when matplotlib is
+    installed (the extra mtkit[plot]), redrawn only when the metrics are newer: a second
+    `mtkit train` writes nothing. None when there is no picture."""
+    curves = run_dir / "curves.png"
+    if not plot_available() or not metrics.is_file():
+        return None
+    if curves.is_file() and curves.stat().st_mtime >= metrics.stat().st_mtime:
+        return curves
+    try:
+        return plot_runs([run_dir], curves)
+    except MtkitError as exc:  # a picture is not worth failing a finished run for
+        log.warning("curves.png not written: %s", exc)
+        return None
 
 
 def check_metrics(metrics: tuple[str, ...] | list[str]) -> tuple[str, ...]:

@@ -29,8 +29,8 @@ from mtkit.runtime.devices import threads_each
 from mtkit.serve.api import Limits
 
 if TYPE_CHECKING:
-    from mtkit.serve.app import Service
     from mtkit.serve.batcher import Batcher
+    from mtkit.serve.service import Service
 
 log = logging.getLogger("mtkit")
 GRACE_SECONDS = 30  # how long requests in flight may take to finish after SIGTERM
@@ -173,9 +173,9 @@ def _service(options: ServeOptions, threads: int) -> Service:
     """The model loaded (as `mtkit translate` loads it), metered, behind a batcher."""
     from mtkit.decode.choices import OPTION_NAMES
     from mtkit.decode.translate import Translator
-    from mtkit.serve.app import MeteredEngine, Service, decoder, models_answer
     from mtkit.serve.batcher import Batcher
     from mtkit.serve.metrics import ServeMetrics
+    from mtkit.serve.service import MeteredEngine, Service, decoder, models_answer
 
     loaded = Translator.load(
         options.models, device=options.device, threads=threads,

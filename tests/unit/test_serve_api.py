@@ -21,10 +21,9 @@ from mtkit.serve.api import (
     native_answer,
     native_request,
     native_settings,
-    parse_form,
-    parse_json,
     split_lines,
 )
+from mtkit.serve.bodies import parse_form, parse_json
 from mtkit.serve.score_api import score_answer, score_request
 
 LANGS = Langs("es", "en")
