@@ -59,6 +59,11 @@ def bind_group(host: str, port: int, count: int) -> list[socket.socket]:
 def cannot_listen(host: str, port: int, exc: OSError) -> ConfigError:
     """The one-line error for an address the server cannot take."""
     why = os.strerror(exc.errno) if exc.errno else str(exc)
+    if exc.errno is not None and exc.errno < 0:  # getaddrinfo's code: the name did not
+        try:  # resolve (create_server passes on only the code); asking again gives the words
+            socket.getaddrinfo(host, port)
+        except socket.gaierror as again:
+            why = f"cannot resolve the name: {again.strerror}"
     return ConfigError(f"--host {host} --port {port}: cannot listen there ({why})")
 
 

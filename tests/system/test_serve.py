@@ -782,6 +782,10 @@ def test_a_port_in_use_is_a_one_line_error(model, tmp_path, mtkit_inprocess, exp
         result = mtkit_inprocess(["serve", "-m", model, "--port", str(port)], tmp_path)
     expect_error(result, f"--host 127.0.0.1 --port {port}: cannot listen there "
                          "(Address already in use)")
+    # a name that does not resolve: said in words, not as getaddrinfo's code
+    result = mtkit_inprocess(["serve", "-m", model, "--host", "nosuchhost.invalid"], tmp_path)
+    line = expect_error(result, "--host nosuchhost.invalid", "cannot listen there")
+    assert "Unknown error" not in line
 
 
 # --------------------------------------------------------------------------- SIGTERM
