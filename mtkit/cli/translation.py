@@ -67,6 +67,10 @@ RequestRegexOpt = typer.Option(
     False, "--request-regex",
     help="Take regular expressions in requests (protect_regex). Off: a pattern can be "
     "written to hold the server for minutes; allow it only for trusted clients.")
+CorsOriginOpt = typer.Option(
+    None, "--cors-origin", metavar="ORIGIN",
+    help="Let web pages of this origin (e.g. https://app.example.org; '*': any) call the "
+    "API from the browser; repeat for several. Default: none.")
 ApiKeyOpt = typer.Option(
     None, "--api-key", metavar="KEY", envvar="MTKIT_API_KEY", show_envvar=True,
     help="Answer translation requests only with this key (api_key or Authorization: Bearer).")
@@ -262,6 +266,7 @@ def serve(
     max_queue: int = MaxQueueOpt,
     max_beam: int = MaxBeamOpt,
     request_regex: bool = RequestRegexOpt,
+    cors_origin: list[str] | None = CorsOriginOpt,
     api_key: str | None = ApiKeyOpt,
 ) -> None:
     """Serve the model over HTTP: LibreTranslate's /translate, /v1/translate, a page at /
@@ -282,6 +287,7 @@ def serve(
         src_lang=src_lang, tgt_lang=tgt_lang, quantize=quantize,
         device=device, threads=threads, workers=workers, processes=processes, engine=engine,
         max_tokens=max_tokens, batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,
+        cors_origins=tuple(cors_origin or ()),
     ))
 
 

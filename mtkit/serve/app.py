@@ -22,6 +22,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -72,6 +73,10 @@ def build_app(service: Service) -> FastAPI:
     app = FastAPI(title="mtkit serve", summary="Machine translation with mtkit's engines.",
                   version=service.models["models"][0]["id"])
     app.add_middleware(RequestCounter, metrics=service.metrics)
+    if service.cors_origins:  # pages elsewhere that call the API (a browser asks first)
+        app.add_middleware(CORSMiddleware, allow_origins=list(service.cors_origins),
+                           allow_methods=["GET", "HEAD", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
     _answer_errors_in_json(app)
     _add_reading_routes(app, service)
     _add_translation_routes(app, service)

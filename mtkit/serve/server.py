@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import re
 import signal
 import socket
 import threading
@@ -56,6 +57,7 @@ class ServeOptions:
     batch_window_ms: float = 5.0
     limits: Limits = field(default_factory=Limits)
     api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()  # web origins whose pages may call the API; "*": any
 
 
 def web_server() -> ModuleType:
@@ -90,6 +92,10 @@ def check_options(options: ServeOptions) -> None:
                           f"{limits.max_queue}: such a request could never be queued")
     if options.api_key is not None and not options.api_key.strip():
         raise ConfigError("--api-key: empty; give a key, or leave the option out")
+    for origin in options.cors_origins:  # a browser sends scheme://host[:port], no path
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+            raise ConfigError(f"--cors-origin {origin}: expected * or an origin such as "
+                              "https://app.example.org (scheme and host, no path)")
     if options.decode.split:
         require_splitter()  # rather than a 400 for every request that keeps the default
 
@@ -192,7 +198,7 @@ def _service(options: ServeOptions, threads: int) -> Service:
                       max_tokens=options.max_tokens,
                       max_queue_lines=options.limits.max_queue)
     return Service(translator, translator.settings, batcher, metrics, options.limits,
-                   options.api_key, models)
+                   options.api_key, models, options.cors_origins)
 
 
 def _run_until_stopped(server: Any, sock: socket.socket, batcher: Batcher,

@@ -100,6 +100,8 @@ class Service:
     limits: Limits
     api_key: str | None
     models: dict[str, Any]  # the /v1/models answer
+    # the web origins whose pages may call the API (CORS); none: only pages of this server
+    cors_origins: tuple[str, ...] = ()
 
     def source_lengths(self, lines: list[str]) -> tuple[list[int], int]:
         """(padded source tokens per line as the engine will see it, lines truncated):

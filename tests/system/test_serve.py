@@ -31,6 +31,7 @@ from conftest import CLI_ENV, run_mtkit, start_mtkit
 from mtkit.document.split import split_sentences
 
 KEY = "tiny-secret"
+ORIGIN = "http://app.example.org"  # the `server` fixture lets its pages call the API
 READY = re.compile(r"on http://127\.0\.0\.1:(\d+) ")
 
 
@@ -109,7 +110,7 @@ def model(tiny_run) -> Path:
 def server(model, tmp_path_factory) -> Iterator[Server]:
     # a window long enough that concurrent requests of this machine's clients meet
     started = start_server(tmp_path_factory.mktemp("serve"), model, "--batch-window-ms", "30",
-                           "--request-regex")
+                           "--request-regex", "--cors-origin", ORIGIN)
     yield started
     stop(started)
 
@@ -626,6 +627,25 @@ def test_libretranslate_clients_may_send_a_form(server, expected):
     assert_error(*server.request("POST", "/translate", b"--b\r\n\r\n--b--\r\n",
                                  {"Content-Type": "multipart/form-data; boundary=b"}),
                  415, "a multipart body is not taken")
+
+
+def test_pages_of_an_allowed_origin_may_call_the_api(server, guarded, expected):
+    """--cors-origin: a browser's preflight and the call itself get the CORS headers; a
+    server without the option sends none, and pages of other origins get none."""
+    preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "content-type"}
+    status, headers, _ = server.request("OPTIONS", "/translate", None, preflight)
+    assert status == 200 and headers["access-control-allow-origin"] == ORIGIN
+    assert "POST" in headers["access-control-allow-methods"]
+    status, headers, body = server.request("POST", "/translate", libre(LINES[1]),
+                                           {"Origin": ORIGIN})
+    assert (status, json.loads(body)) == (200, {"translatedText": expected["split"][1]})
+    assert headers["access-control-allow-origin"] == ORIGIN
+    _, headers, _ = server.request("POST", "/translate", libre(LINES[1]),
+                                   {"Origin": "http://elsewhere.example.org"})
+    assert "access-control-allow-origin" not in {k.lower() for k in headers}
+    _, headers, _ = guarded.request("GET", "/health", None, {"Origin": ORIGIN})
+    assert "access-control-allow-origin" not in {k.lower() for k in headers}
 
 
 def test_head_answers_as_get_without_a_body(server):

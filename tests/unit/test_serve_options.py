@@ -41,6 +41,9 @@ def test_the_command_without_the_extra_is_one_line_and_exit_2(
      "--max-lines 100 exceeds --max-queue 10: such a request could never be queued"),
     (["--api-key", " "], "--api-key: empty"),
     (["--workers", "0"], "--workers 0: out of range; expected between 1 and 64"),
+    (["--cors-origin", "app.example.org"], "--cors-origin app.example.org: expected * or an "
+                                           "origin such as https://app.example.org"),
+    (["--cors-origin", "https://a.org/page"], "--cors-origin https://a.org/page"),
 ])
 def test_options_out_of_range(args, needle, mtkit_inprocess, expect_error, tmp_path):
     result = mtkit_inprocess(["serve", "-m", "model.pt", *args], tmp_path)
