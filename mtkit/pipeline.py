@@ -289,6 +289,12 @@ def _binarize(run: PipelineRun) -> None:
         run.manifest = manifest
         return
     _run("binarize", why)
+    filters = (train_max_len(run.recipe), run.recipe.data.max_ratio)
+    if manifest is not None and (manifest.max_len, manifest.max_ratio) != filters \
+            and run.paths.last.is_file() and not run.restart:
+        log.warning("binarize: data.max_len or data.max_ratio changed since this run "
+                    "started: it goes on with other training pairs, no longer as an "
+                    "uninterrupted run would")
     run.manifest = binarize_recipe(run.recipe, run.paths, run.tokenizer)
 
 

@@ -747,3 +747,17 @@ def test_changed_tokenizer_or_text_is_refused_before_any_stage(tiny_run, tmp_pat
     expect_error(result, "runs/tiny: ", named, "--restart")
     assert "[tokenizer]" not in result.stderr and "[binarize]" not in result.stderr
     assert mtimes(run.run_dir) == before
+
+
+def test_a_moved_length_filter_is_said_when_a_run_goes_on(tiny_run, tmp_path, mtkit_inprocess):
+    """data.max_len changed under a run with checkpoints: binarize runs again, and the log
+    says the run no longer continues as an uninterrupted one would."""
+    run = tiny_run.copy_to(tmp_path)
+    result = mtkit_inprocess(["train", "tiny.yaml", "--set", "data.max_len=40", "--until",
+                              "binarize"], run.root)
+    assert result.returncode == 0, result.stderr
+    assert "[binarize] running" in result.stderr
+    assert "data.max_len or data.max_ratio changed since this run started" in result.stderr
+    again = mtkit_inprocess(["train", "tiny.yaml", "--set", "data.max_len=40", "--until",
+                             "binarize"], run.root)
+    assert "changed since" not in again.stderr  # said once, when it happens
