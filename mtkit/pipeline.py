@@ -173,7 +173,7 @@ def _check_continuation(run: PipelineRun) -> None:
     paths = run.paths
     if run.restart or not paths.last.is_file():
         return
-    bundle = load_checkpoint(paths.last)
+    bundle = load_checkpoint(paths.last, mmap=True)  # its settings, not its weights
     check_same_model(bundle, run.recipe, paths.run_dir)
     # the training files first: when they changed, the tokenizer's stamp changed too
     check_same_data(bundle, _training_fingerprints(run, recipe_training_prints(run.recipe)),

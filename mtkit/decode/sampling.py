@@ -75,11 +75,13 @@ def candidates(lprobs: Tensor, sampling: Sampling, temperature: float
                ) -> tuple[Tensor, Tensor]:
     """The tokens a step draws from: (ids (N, K), probabilities (N, K) float64), 0 for a
     token cut (or never emitted); they sum to 1 before a topp cut. lprobs (N, V)."""
-    logits = lprobs.double()
+    logits = lprobs
     if temperature != 1.0:
         # less each row's max first (no probability changes): divided by a tiny temperature,
         # the likeliest token stays at 0 and the rest go to -inf, instead of every token
-        # overflowing to -inf (a NaN distribution); float64 keeps a huge one finite
+        # overflowing to -inf (a NaN distribution); float64 keeps a huge one finite (at 1,
+        # only the K candidates go to float64, below)
+        logits = lprobs.double()
         logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if sampling.kind == "topk":
         logits, ids = top_k(logits, min(sampling.k, logits.size(-1)))  # most probable first
@@ -87,7 +89,7 @@ def candidates(lprobs: Tensor, sampling: Sampling, temperature: float
         logits, ids = logits.sort(dim=-1, descending=True)
     else:
         ids = None
-    probs = logits.softmax(dim=-1)
+    probs = logits.double().softmax(dim=-1)
     if sampling.kind == "topp":
         before = probs.cumsum(dim=-1) - probs  # the mass of the likelier candidates
         probs = torch.where(before < sampling.p, probs, 0.0)  # the smallest set with >= P

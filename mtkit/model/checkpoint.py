@@ -249,8 +249,10 @@ def _not_a_model_file(path: Path) -> str:
     return f"{path}: model file not found"
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Bundle:
-    """Load and check a bundle; every failure is one CheckpointError line."""
+def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = False) -> Bundle:
+    """Load and check a bundle; every failure is one CheckpointError line. `mmap`: the
+    tensors are read from the file only where they are used (for a look at the settings
+    and fingerprints of a large checkpoint)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(_not_a_model_file(path))
@@ -261,7 +263,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Bundle:
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path}: truncated or corrupt checkpoint (incomplete zip archive)")
     try:
-        raw = torch.load(path, map_location=map_location, weights_only=True)
+        raw = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         first = next((line for line in lines if "Unsupported" in line), lines[0] if lines else "")
