@@ -5,9 +5,11 @@ Every error is a one-line DataError that names the file (and the line, for bad U
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
+import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,9 +103,25 @@ def line_offsets(path: Path, numbers: list[int]) -> list[int]:
 
 
 def file_fingerprint(path: Path) -> str:
-    """Hex digest of the file's bytes (as stored, so compressed for .gz)."""
+    """Hex digest of the file's bytes (as stored, so compressed for .gz). Remembered for
+    this process while the file keeps its inode, size and times: a run's checks and stages
+    ask about the same corpora several times, and each ask read them whole."""
+    try:
+        st = os.stat(path)
+    except OSError:  # reading says why, in its own words
+        return _digest(Path(path))
+    return _remembered_digest(os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns,
+                              st.st_ctime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _remembered_digest(path: str, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
+    return _digest(Path(path))
+
+
+def _digest(path: Path) -> str:
     digest = hashlib.blake2b(digest_size=20)
-    for chunk in _chunks(Path(path), decompress=False):
+    for chunk in _chunks(path, decompress=False):
         digest.update(chunk)
     return digest.hexdigest()
 

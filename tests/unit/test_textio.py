@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -49,3 +51,14 @@ def test_read_json_lines_skips_lines_that_do_not_decode(tmp_path: Path) -> None:
     path.write_bytes(b'{"step": 1}\n{"step": \xff2}\n[3]\n{"step": 4}\n{"step": ')
     assert read_json_lines(path) == [{"step": 1}, {"step": 4}]
     assert read_json_lines(tmp_path / "missing.jsonl") == []
+
+
+def test_a_remembered_fingerprint_follows_the_file(tmp_path):
+    """Asked again, the digest comes from memory, but only while the file is as it was."""
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"one\n")
+    first = file_fingerprint(path)
+    assert file_fingerprint(path) == first == hashlib.blake2b(b"one\n", digest_size=20).hexdigest()
+    path.write_bytes(b"two\n")  # the same size
+    os.utime(path, ns=(10**9, 10**9))  # a time of its own (a coarse clock may repeat one)
+    assert file_fingerprint(path) == hashlib.blake2b(b"two\n", digest_size=20).hexdigest()
