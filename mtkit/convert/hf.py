@@ -96,12 +96,26 @@ def layer_state(model: Transformer, tensors: dict[str, torch.Tensor],
     expected = model.state_dict()
     state = {}
     for side, layers in (("encoder", model.encoder), ("decoder", model.decoder)):
+        _check_depth(tensors, side, len(layers), model_dir)
         for i in range(len(layers)):
             for key, parts in layer_names(side, i).items():
                 rows = expected[key].shape[0] // len(parts)
                 shape = (rows, *expected[key].shape[1:])
                 state[key] = torch.cat([first(tensors, [p], model_dir, shape) for p in parts])
     return state
+
+
+def _check_depth(tensors: dict[str, torch.Tensor], side: str, depth: int,
+                 model_dir: Path) -> None:
+    """Weights of a deeper stack than config.json describes: importing only its first
+    layers would give a model that is not the one the file holds (transformers would
+    drop the rest with a warning)."""
+    prefix = f"model.{side}.layers.{depth}."
+    extra = next((name for name in tensors if name.startswith(prefix)), None)
+    if extra is not None:
+        raise CheckpointError(f"{model_dir}: config.json gives the {side} {depth} layer(s), "
+                              f"but the weights hold {prefix}* ({extra}); the config and the "
+                              "weights are of different models")
 
 
 def meta_model(cfg: ModelConfig, vocab: Vocabulary) -> Transformer:
