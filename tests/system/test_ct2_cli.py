@@ -47,10 +47,12 @@ def test_export_never_replaces_a_file_or_the_input_model(reverse_model, tmp_path
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "file").write_text("keep me too\n")
     for out, needle in (("m.pt", "input model"), (".", "input model"),
-                        ("notes.txt", "not a directory"), ("mine", "not a CTranslate2 export")):
+                        ("notes.txt", "not a directory"), ("mine", "not a CTranslate2 export"),
+                        ("notes.txt/sub", "notes.txt is not a directory")):
         done = mtkit_cli(["export", "-m", "m.pt", "-o", out, "--force"], cwd=tmp_path)
         expect_error(done, f"-o {out}", needle)
     assert (tmp_path / "m.pt").read_bytes() == model.read_bytes()
     assert (tmp_path / "notes.txt").read_text() == "keep me\n"
     assert (tmp_path / "mine" / "file").read_text() == "keep me too\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "mine", "notes.txt"]
+
