@@ -221,7 +221,9 @@ def model_info(path: str | Path) -> ModelInfo:
         size=model_path.stat().st_size,
         mtkit_version=bundle.mtkit_version,
         format_version=format_version,
-        langs=(recipe.data.langs.src, recipe.data.langs.tgt),
+        # a multilingual model's default pair is its vocabulary's (chosen at import), which
+        # a fine-tuned child keeps whatever its recipe's data.langs say
+        langs=tokenizer.langs or (recipe.data.langs.src, recipe.data.langs.tgt),
         architecture={key: getattr(recipe.model, key) for key in ARCHITECTURE},
         parameters=parameters,
         vocab=(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size),
