@@ -96,12 +96,26 @@ def layer_state(model: Transformer, tensors: dict[str, torch.Tensor],
     expected = model.state_dict()
     state = {}
     for side, layers in (("encoder", model.encoder), ("decoder", model.decoder)):
+        _check_depth(tensors, side, len(layers), model_dir)
         for i in range(len(layers)):
             for key, parts in layer_names(side, i).items():
                 rows = expected[key].shape[0] // len(parts)
                 shape = (rows, *expected[key].shape[1:])
                 state[key] = torch.cat([first(tensors, [p], model_dir, shape) for p in parts])
     return state
+
+
+def _check_depth(tensors: dict[str, torch.Tensor], side: str, depth: int,
+                 model_dir: Path) -> None:
+    """Weights of a deeper stack than config.json describes: importing only its first
+    layers would give a model that is not the one the file holds (transformers would
+    drop the rest with a warning)."""
+    prefix = f"model.{side}.layers.{depth}."
+    extra = next((name for name in tensors if name.startswith(prefix)), None)
+    if extra is not None:
+        raise CheckpointError(f"{model_dir}: config.json gives the {side} {depth} layer(s), "
+                              f"but the weights hold {prefix}* ({extra}); the config and the "
+                              "weights are of different models")
 
 
 def meta_model(cfg: ModelConfig, vocab: Vocabulary) -> Transformer:
@@ -140,26 +154,38 @@ def special_ids(model_dir: Path, config: dict[str, Any], generation: dict[str, A
     return SpecialIds(pad=pad, unk=unk, start=start, eos=eos, banned=banned)
 
 
+def config_number(config: dict[str, Any], key: str, kind: type, where: Path,
+                  default: float | None = None) -> Any:
+    """config.json's number `key` as `kind` (int or float), `default` when absent or null
+    (as transformers saves an unset one); CheckpointError naming the key when it is
+    missing or not such a number."""
+    value = config.get(key)
+    value = default if value is None else value
+    if value is None:
+        raise CheckpointError(f"{where}: {key} is missing")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or kind(value) != value:
+        raise CheckpointError(f"{where}: {key} {value!r} is not a "
+                              f"{'whole ' if kind is int else ''}number")
+    return kind(value)
+
+
 def model_dims(config: dict[str, Any], where: Path) -> dict[str, Any]:
     """The model section's sizes from config.json (encoder and decoder alike)."""
-    def same(a: str, b: str) -> Any:
+    def same(a: str, b: str) -> int:
         if config.get(a) != config.get(b):
             raise CheckpointError(f"{where}: {a} {config.get(a)} and {b} {config.get(b)} "
                                   "differ; mtkit's encoder and decoder share these")
-        return config[a]
+        return config_number(config, a, int, where)
 
-    try:
-        return {
-            "enc_layers": int(config["encoder_layers"]),
-            "dec_layers": int(config["decoder_layers"]),
-            "d_model": int(config["d_model"]),
-            "heads": int(same("encoder_attention_heads", "decoder_attention_heads")),
-            "ffn_dim": int(same("encoder_ffn_dim", "decoder_ffn_dim")),
-            "dropout": float(config.get("dropout", 0.1)),
-            "attn_dropout": float(config.get("attention_dropout", 0.0)),
-        }
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{where}: {exc} is missing or not a number") from None
+    return {
+        "enc_layers": config_number(config, "encoder_layers", int, where),
+        "dec_layers": config_number(config, "decoder_layers", int, where),
+        "d_model": config_number(config, "d_model", int, where),
+        "heads": same("encoder_attention_heads", "decoder_attention_heads"),
+        "ffn_dim": same("encoder_ffn_dim", "decoder_ffn_dim"),
+        "dropout": config_number(config, "dropout", float, where, 0.1),
+        "attn_dropout": config_number(config, "attention_dropout", float, where, 0.0),
+    }
 
 
 def decode_section(generation: dict[str, Any]) -> dict[str, Any]:

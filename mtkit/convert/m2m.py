@@ -32,6 +32,7 @@ import torch
 from mtkit.config import recipe_from_dict
 from mtkit.convert.hf import (
     bundle_weights,
+    config_number,
     decode_section,
     fingerprint,
     first,
@@ -104,7 +105,8 @@ def read_m2m_vocabulary(model_dir: Path, config: dict[str, Any], generation: dic
     else:
         pieces = [*FAIRSEQ_SPECIALS, *(proc.id_to_piece(j) for j in range(3, proc.vocab_size()))]
         codes, tail = list(tokens), ["<mask>"]
-    rows, first_lang = int(config.get("vocab_size", 0)), len(pieces)
+    rows = config_number(config, "vocab_size", int, model_dir / "config.json")
+    first_lang = len(pieces)
     pieces += [*tokens, *tail]
     if len(pieces) > rows:
         raise CheckpointError(f"{model_dir}: the tokenizer has {len(pieces)} tokens but "
@@ -175,7 +177,7 @@ def _model_section(model_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
             "positions": "sinusoidal", "position_layout": "fairseq",
             "scale_embeddings": bool(config.get("scale_embedding", True)), "output_bias": False,
             "tie_embeddings": "all",
-            "max_positions": int(config.get("max_position_embeddings", 1024))}
+            "max_positions": config_number(config, "max_position_embeddings", int, where, 1024)}
 
 
 def _state(model: Transformer, tensors: dict[str, torch.Tensor],

@@ -24,6 +24,7 @@ import torch
 from mtkit.config import recipe_from_dict
 from mtkit.convert.hf import (
     bundle_weights,
+    config_number,
     decode_section,
     fingerprint,
     first,
@@ -80,11 +81,13 @@ def read_vocabulary(model_dir: Path, config: dict[str, Any], generation: dict[st
         if not path.is_file():
             raise CheckpointError(f"{model_dir}: no {name}")
         spms.append(path.read_bytes())
-    src = _pieces(model_dir / "vocab.json", int(config.get("vocab_size", 0)))
+    where = model_dir / "config.json"
+    src_rows = config_number(config, "vocab_size", int, where)
+    src = _pieces(model_dir / "vocab.json", src_rows)
     tgt = None
     if not shared:
-        tgt = _pieces(model_dir / "target_vocab.json",
-                      int(config.get("decoder_vocab_size") or config.get("vocab_size", 0)))
+        tgt_rows = config_number(config, "decoder_vocab_size", int, where, src_rows)
+        tgt = _pieces(model_dir / "target_vocab.json", tgt_rows)
     vocab = Vocabulary(src, tgt, special_ids(model_dir, config, generation, tgt or src))
     pad = vocab.specials.pad
     if tgt is not None and (pad >= len(src) or src[pad] != tgt[pad]):
@@ -155,7 +158,7 @@ def _model_section(model_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
         "activation": ACTIVATIONS[activation], "norm": "post", "positions": "sinusoidal",
         "position_layout": "halves", "scale_embeddings": bool(config.get("scale_embedding")),
         "output_bias": True, "tie_embeddings": "all" if shared else ("decoder" if tied else "none"),
-        "max_positions": int(config.get("max_position_embeddings", 512)),
+        "max_positions": config_number(config, "max_position_embeddings", int, where, 512),
     }
 
 

@@ -102,6 +102,12 @@ def _check_output(model_path: Path, out_dir: Path, force: bool) -> None:
         raise ConfigError(f"-o {out_dir}: is or holds the input model -m {model_path}; "
                           "give another directory")
     if not out_dir.exists():
+        # the export is written beside -o first: a file in its way is named as the user
+        # gave it, not by the name of that temporary directory
+        above = next(p for p in out_dir.absolute().parents if p.exists())
+        if not above.is_dir():
+            raise ConfigError(f"-o {out_dir}: {above} is not a directory; give a directory "
+                              "path")
         return
     if not out_dir.is_dir():
         raise ConfigError(f"-o {out_dir}: exists and is not a directory; give a new "

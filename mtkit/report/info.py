@@ -221,7 +221,9 @@ def model_info(path: str | Path) -> ModelInfo:
         size=model_path.stat().st_size,
         mtkit_version=bundle.mtkit_version,
         format_version=format_version,
-        langs=(recipe.data.langs.src, recipe.data.langs.tgt),
+        # a multilingual model's default pair is its vocabulary's (chosen at import), which
+        # a fine-tuned child keeps whatever its recipe's data.langs say
+        langs=tokenizer.langs or (recipe.data.langs.src, recipe.data.langs.tgt),
         architecture={key: getattr(recipe.model, key) for key in ARCHITECTURE},
         parameters=parameters,
         vocab=(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size),
@@ -258,8 +260,23 @@ def _resolve(path: Path) -> tuple[Path, Path | None]:
     if paths.recipe_name.is_file():
         raise ConfigError(f"{path}: the run has no model yet (no model.pt, no "
                           "checkpoints/checkpoint_last.pt); train it first")
+    _refuse_other_models(path)
     raise ConfigError(f"{path}: not an mtkit run directory (no model.pt, no "
                       "checkpoints/checkpoint_last.pt); give a model file or a run directory")
+
+
+def _refuse_other_models(path: Path) -> None:
+    """A CTranslate2 export or a Hugging Face directory, said as such: neither is a bundle,
+    but each comes from or leads to one."""
+    from mtkit.decode.ct2 import MARKER, load_exported_marker
+
+    if (path / MARKER).is_file():
+        origin = load_exported_marker(path).get("exported_from")
+        raise ConfigError(f"{path}: a CTranslate2 export, not an mtkit model file; run "
+                          f"mtkit info {origin or 'on the model it was exported from'}")
+    if (path / "config.json").is_file():
+        raise ConfigError(f"{path}: a Hugging Face model directory, not an mtkit model; "
+                          f"mtkit import {path} -o MODEL.pt, then mtkit info MODEL.pt")
 
 
 def read_bundle(path: Path) -> tuple[Bundle, int]:

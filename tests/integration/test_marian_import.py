@@ -211,12 +211,20 @@ BAD = [
     (edit_json("config.json", lambda v: v.update(encoder_ffn_dim=40, decoder_ffn_dim=40)),
      r"model.encoder.layers.0.fc1.weight has shape \(32, 16\); config.json asks for \(40, 16\)"),
     (_foreign_vocab, "the vocabulary does not match source.spm: it holds 0 of its"),
+    (edit_json("config.json", lambda v: v.update(d_model="sixteen")),
+     r"config.json: d_model 'sixteen' is not a whole number$"),
+    (edit_json("config.json", lambda v: v.pop("encoder_layers")),
+     r"config.json: encoder_layers is missing$"),
+    (edit_json("config.json", lambda v: v.update(encoder_layers=1)),
+     r"config.json gives the encoder 1 layer\(s\), but the weights hold "
+     r"model.encoder.layers.1\."),
 ]
 
 
 @pytest.mark.parametrize(("edit", "message"), BAD, ids=["no-config", "not-marian",
                                                         "missing-tensor", "wrong-shape",
-                                                        "foreign-vocab"])
+                                                        "foreign-vocab", "not-a-number",
+                                                        "missing-number", "extra-layer"])
 def test_bad_input_is_one_line_and_writes_nothing(marian, tmp_path, edit, message):
     directory, _, bundle = marian
     if "vocab" in message and not bundle.tokenizer().joint:

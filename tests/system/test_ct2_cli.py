@@ -47,10 +47,22 @@ def test_export_never_replaces_a_file_or_the_input_model(reverse_model, tmp_path
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "file").write_text("keep me too\n")
     for out, needle in (("m.pt", "input model"), (".", "input model"),
-                        ("notes.txt", "not a directory"), ("mine", "not a CTranslate2 export")):
+                        ("notes.txt", "not a directory"), ("mine", "not a CTranslate2 export"),
+                        ("notes.txt/sub", "notes.txt is not a directory")):
         done = mtkit_cli(["export", "-m", "m.pt", "-o", out, "--force"], cwd=tmp_path)
         expect_error(done, f"-o {out}", needle)
     assert (tmp_path / "m.pt").read_bytes() == model.read_bytes()
     assert (tmp_path / "notes.txt").read_text() == "keep me\n"
     assert (tmp_path / "mine" / "file").read_text() == "keep me too\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "mine", "notes.txt"]
+
+
+def test_info_on_an_export_names_the_model_it_came_from(reverse_model, tmp_path, mtkit_cli,
+                                                        expect_error):
+    """An export is no mtkit model file: `mtkit info` says what it is and which file to ask."""
+    model, _ = reverse_model
+    (tmp_path / "m.pt").write_bytes(model.read_bytes())
+    done = mtkit_cli(["export", "-m", "m.pt", "-o", "exported"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    expect_error(mtkit_cli(["info", "exported"], cwd=tmp_path), "exported: a CTranslate2 export",
+                 "mtkit info m.pt")

@@ -68,7 +68,8 @@ def test_fine_tune_then_export(imported, mtkit_cli):
     root = imported
     recipe = {
         "data": {"train": {"src": str(DATA / "train.es"), "tgt": str(DATA / "train.en")},
-                 "valid": {"src": str(DATA / "dev.es"), "tgt": str(DATA / "dev.en")}},
+                 "valid": {"src": str(DATA / "dev.es"), "tgt": str(DATA / "dev.en")},
+                 "langs": {"src": "es", "tgt": "en"}},  # as in the guide's Marian recipe
         "train": {"init_from": str(root / "imported.pt"), "max_tokens": 1024, "lr": 0.001,
                   "warmup_steps": 2, "max_steps": 2, "log_every": 1, "valid_every": 100,
                   "save_every": 2, "valid_bleu_lines": 0, "label_smoothing": 0.0,
@@ -81,6 +82,11 @@ def test_fine_tune_then_export(imported, mtkit_cli):
     parent = load_checkpoint(root / "imported.pt")
     assert tuned.vocab == parent.vocab and tuned.recipe.model == parent.recipe.model
     assert not torch.equal(tuned.weights["enc_norm.weight"], parent.weights["enc_norm.weight"])
+    # the pair it trained and translates by default is the parent's, whatever data.langs says
+    shown = mtkit_cli(["info", "runs/tune", "--json"], cwd=root)
+    assert shown.returncode == 0, shown.stderr
+    languages = json.loads(shown.stdout)["languages"]
+    assert (languages["src"], languages["tgt"]) == ("spa_Latn", "fra_Latn")
 
     pytest.importorskip("ctranslate2")
     exported = mtkit_cli(["export", "-m", "imported.pt", "-o", "ct2", "--quantize", "float32"],

@@ -50,6 +50,11 @@ def test_bad_directory_is_one_line_and_writes_nothing(tmp_path, mtkit_cli):
     assert "Traceback" not in done.stderr and not (tmp_path / "out.pt").exists()
 
 
+def test_info_on_the_directory_says_to_import_it(imported, mtkit_cli, expect_error):
+    expect_error(mtkit_cli(["info", "opus-mt-tiny"], cwd=imported),
+                 "opus-mt-tiny: a Hugging Face model directory", "mtkit import")
+
+
 def test_info_says_where_it_came_from(imported, mtkit_cli):
     shown = mtkit_cli(["info", "imported.pt", "--json"], cwd=imported)
     assert shown.returncode == 0, shown.stderr
