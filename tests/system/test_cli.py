@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import stat
@@ -615,6 +616,29 @@ def test_a_closed_or_full_standard_stream_is_one_line(row, tiny_run, tmp_path, m
                           cwd=tmp_path, env=env, capture_output=True, timeout=300)
     result = CliResult(done.returncode, done.stdout.decode(), done.stderr.decode())
     expect_error(result, *STREAM_ROWS[row])
+
+
+def test_a_full_disk_under_a_checkpoint_is_one_line(tiny_run, tmp_path, mtkit_script,
+                                                   expect_error):
+    """A checkpoint that does not fit on the disk (a file-size limit stands for a full
+    disk: a write past it fails with EFBIG, as one past a full disk fails with ENOSPC):
+    torch.save reports the failed write as a RuntimeError of its zip writer, which must
+    still be the one-line output error, with the previous file intact and no temporary
+    file left."""
+    (tmp_path / "avg.pt").write_bytes(b"the previous average")
+    limit = 64 * 1024  # bytes; the tiny model is several times larger
+
+    def small_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    exe, env = mtkit_script
+    done = subprocess.run([str(exe), "average", str(tiny_run.model), str(tiny_run.model),
+                           "-o", "avg.pt"], cwd=tmp_path, env=env, capture_output=True,
+                          timeout=300, preexec_fn=small_disk)
+    result = CliResult(done.returncode, done.stdout.decode(), done.stderr.decode())
+    expect_error(result, "avg.pt: cannot write", "File too large", "intact")
+    assert (tmp_path / "avg.pt").read_bytes() == b"the previous average"
+    assert [p.name for p in tmp_path.iterdir()] == ["avg.pt"]
 
 
 def setup_run_dir_file(d, run):
