@@ -641,6 +641,17 @@ def test_a_full_disk_under_a_checkpoint_is_one_line(tiny_run, tmp_path, mtkit_sc
     assert [p.name for p in tmp_path.iterdir()] == ["avg.pt"]
 
 
+def test_metrics_on_a_full_disk_are_named(tiny_run, tmp_path, mtkit_inprocess, expect_error):
+    """metrics.jsonl on a full disk (a link to /dev/full): the error names the file, as
+    every output error does (an append's OSError has no file name of its own)."""
+    run = tiny_run.copy_to(tmp_path)
+    metrics = run.run_dir / "metrics.jsonl"
+    metrics.unlink()
+    metrics.symlink_to("/dev/full")
+    result = mtkit_inprocess(["train", "tiny.yaml", "--set", "train.max_steps=30"], run.root)
+    expect_error(result, "runs/tiny/metrics.jsonl: cannot write (No space left on device)")
+
+
 def setup_run_dir_file(d, run):
     (d / "afile").write_text("not a directory\n")
     return ["train", bible_recipe(d).name, "--run-dir", "afile"]
