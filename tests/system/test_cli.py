@@ -652,6 +652,21 @@ def test_metrics_on_a_full_disk_are_named(tiny_run, tmp_path, mtkit_inprocess, e
     expect_error(result, "runs/tiny/metrics.jsonl: cannot write (No space left on device)")
 
 
+def test_train_log_on_a_full_disk_is_one_warning(tiny_run, tmp_path, mtkit_inprocess):
+    """train.log (a copy of the log lines) on a full disk: said once, and the run goes on
+    with its log on stderr, instead of a traceback per line and an error at the end."""
+    run = tiny_run.copy_to(tmp_path)
+    train_log = run.run_dir / "train.log"
+    train_log.unlink()
+    train_log.symlink_to("/dev/full")
+    result = mtkit_inprocess(["train", "tiny.yaml", "--set", "train.max_steps=30"], run.root)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "Logging error" not in result.stderr
+    said = [line for line in result.stderr.splitlines() if "train.log" in line]
+    assert len(said) == 1 and "cannot write (No space left on device)" in said[0], said
+    assert saved_step(run.run_dir / "checkpoints" / "checkpoint_last.pt") == 30
+
+
 def setup_run_dir_file(d, run):
     (d / "afile").write_text("not a directory\n")
     return ["train", bible_recipe(d).name, "--run-dir", "afile"]
