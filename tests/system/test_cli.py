@@ -799,6 +799,21 @@ def test_changed_tokenizer_or_text_is_refused_before_any_stage(tiny_run, tmp_pat
     assert mtimes(run.run_dir) == before
 
 
+def test_stamps_damaged_into_other_json_are_redone(tiny_run, tmp_path, mtkit_inprocess):
+    """A stamp or scores.json that decodes to something other than an object (hand-edited,
+    or another tool's file) is damaged like a cut one: its stage runs again (it was an
+    AttributeError traceback)."""
+    run = tiny_run.copy_to(tmp_path)
+    for name in ("tokenizer/stamp.json", "model.stamp.json", "eval/scores.json"):
+        (run.run_dir / name).write_text("[]\n", encoding="utf-8")
+    result = mtkit_inprocess(["train", "tiny.yaml"], run.root)
+    assert result.returncode == 0, result.stderr
+    for stage in ("tokenizer", "average", "eval"):
+        assert f"[{stage}] running" in result.stderr
+    assert "[train] skipped" in result.stderr  # the same tokenizer again: the run is whole
+    assert json.loads((run.run_dir / "eval" / "scores.json").read_text())["results"]
+
+
 def test_a_moved_length_filter_is_said_when_a_run_goes_on(tiny_run, tmp_path, mtkit_inprocess):
     """data.max_len changed under a run with checkpoints: binarize runs again, and the log
     says the run no longer continues as an uninterrupted one would."""
