@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,10 +116,12 @@ def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
         dist.wait_for_main()  # until rank 0 holds the run directory
         _run_stages(run, until)
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with RunLock(run_dir):
-        _claim_run_dir(run)
-        _check_continuation(run)
+    with ExitStack() as held:
+        with dist.main_alone():  # the other ranks wait until rank 0 holds the run directory
+            run_dir.mkdir(parents=True, exist_ok=True)
+            held.enter_context(RunLock(run_dir))
+            _claim_run_dir(run)
+            _check_continuation(run)
         dist.wait_for_main()
         _run_stages(run, until)
 
@@ -127,7 +130,9 @@ def _run_stages(run: PipelineRun, until: str | None) -> None:
     timings = {}
     for name, stage in STAGES.items():
         start = time.perf_counter()
-        stage(run)
+        # rank 0 averages and evaluates while the others wait for the job's end (launch.py)
+        with dist.main_alone(name in ("average", "eval")):
+            stage(run)
         timings[name] = round(time.perf_counter() - start, 1)
         if name == until:
             log.info("stopping after stage %s (--until)", name)
@@ -206,7 +211,8 @@ def _run(stage: str, why: str) -> None:
 def _main_then_all(work: Callable[[], None], load: Callable[[], None]) -> None:
     """Rank 0 does `work`; the other ranks wait for it, then `load` what it wrote."""
     if dist.is_main():
-        work()
+        with dist.main_alone():
+            work()
     dist.wait_for_main()
     if not dist.is_main():
         load()

@@ -191,6 +191,9 @@ def average(
             kind = ("step checkpoints" if by_last
                     else "best_N.pt checkpoints (train.average: best-K)")
             raise ConfigError(f"average: no {kind} in {run.checkpoints}")
+        if by_last and len(paths) < last:  # train.keep_last kept fewer
+            log.warning("average --last %d: %s has %d step checkpoints; averaging those %d",
+                        last, run.run_dir, len(paths), len(paths))
     if not paths:
         raise ConfigError("average: give checkpoint files, --last K RUN_DIR or --best RUN_DIR")
     save_checkpoint(output, average_checkpoints(paths))

@@ -51,13 +51,29 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
         os.replace(tmp_name, target)
         tmp_name = None
         fsync_dir(target.parent)
-    except OSError as exc:
-        raise OutputError(
-            f"{path}: cannot write ({exc.strerror or exc}); the previous file, if any, is intact"
-        ) from None
+    except Exception as exc:  # noqa: BLE001 - an OSError, or a writer's error over one
+        failed = _os_error_under(exc)
+        if failed is None:
+            raise
+        raise OutputError(f"{path}: cannot write ({failed.strerror or failed}); the "
+                          "previous file, if any, is intact") from None
     finally:
         if tmp_name is not None and os.path.exists(tmp_name):
             os.unlink(tmp_name)
+
+
+def _os_error_under(exc: BaseException) -> OSError | None:
+    """The OSError that `exc` is or was raised over. A writer may report a failed write as
+    its own error: torch.save's zip writer raises a RuntimeError ("unexpected pos") while
+    the disk-full OSError of the write is unwinding, so that OSError is its context."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _exists_but_not_regular(path: Path) -> bool:

@@ -126,13 +126,15 @@ def _digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file's value, or None when it is missing or damaged (whatever it stood for
-    is then redone or reported absent)."""
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file's value (a stamp, scores.json), or None when it is missing or
+    damaged, a value other than an object included (whatever it stood for is then redone
+    or reported absent)."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return value if isinstance(value, dict) else None
 
 
 def read_json_lines(path: Path) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ It only reads: the bundle, and for a run model.stamp.json, eval/scores.json, met
 from __future__ import annotations
 
 import dataclasses
+import math
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,7 @@ class RunInfo:
     model_file: str  # "model.pt", or "checkpoints/checkpoint_last.pt" before training finished
     chosen: str | None  # model.stamp.json: the average or the checkpoint model.pt is
     dev_bleu: dict[str, float]  # model.stamp.json: the dev BLEU comparison behind `chosen`
-    scores_status: str  # "current" (scores.json is of this file), "stale" or "absent"
+    scores_status: str  # "current" (scores.json is of this file), "stale", "absent", "damaged"
     decode: dict[str, Any]  # the settings the test sets were decoded with (when current)
     scores: list[EvalScore]  # only when current
     validations: int  # metrics.jsonl's validation records
@@ -187,8 +188,9 @@ def _run_rows(run: RunInfo) -> list[tuple[str, str]]:
         if found is not None:
             rows.append((key, f"{found[1]:.2f} at step {found[0]}"))
     if run.scores_status != "current":
-        why = ("eval/scores.json is for another model file" if run.scores_status == "stale"
-               else "no eval/scores.json")
+        why = {"stale": "eval/scores.json is for another model file",
+               "damaged": "eval/scores.json unreadable"}.get(run.scores_status,
+                                                             "no eval/scores.json")
         return [*rows, ("test scores", f"{run.scores_status} ({why})")]
     settings = ", ".join(f"{k} {v}" for k, v in run.decode.items())
     rows.append(("test decoding", settings or "-"))
@@ -301,25 +303,21 @@ def read_bundle(path: Path) -> tuple[Bundle, int]:
 
 
 def run_info(paths: RunPaths, model_path: Path) -> RunInfo:
-    """How the run chose `model_path`, its test scores (if of this very file) and dev BLEU."""
+    """How the run chose `model_path`, its test scores (if of this very file) and dev BLEU.
+    What a damaged or hand-edited file does not say is left out, never a crash."""
     stamp = read_json(paths.model_stamp) if model_path.name == "model.pt" else None
-    stamp = stamp if isinstance(stamp, dict) else {}
-    report = read_json(paths.eval / "scores.json")
-    status, decode, scores = "absent", {}, []
-    if isinstance(report, dict):
-        # scores are of model.pt as it was when evaluated: a retrained model makes them stale
-        status = "stale"
-        if report.get("stamp", {}).get("model") == file_fingerprint(model_path):
-            status, decode = "current", dict(report.get("decode", {}))
-            scores = [EvalScore(r["src"], name, s["score"], s["signature"])
-                      for r in report.get("results", []) for name, s in r["scores"].items()]
-    valid = [r for r in read_json_lines(paths.metrics) if r.get("event") == "valid"]
-    with_bleu = [(r["step"], r["bleu"]) for r in valid if "bleu" in r]
+    stamp = stamp or {}
+    chosen, dev_bleu = stamp.get("chosen"), stamp.get("dev_bleu")
+    status, decode, scores = _test_scores(paths.eval / "scores.json", model_path)
+    valid = [r for r in read_json_lines(paths.metrics)
+             if r.get("event") == "valid" and _is_int(r.get("step"))]
+    with_bleu = [(r["step"], r["bleu"]) for r in valid if _is_number(r.get("bleu"))]
     return RunInfo(
         run_dir=paths.run_dir,
         model_file=model_path.relative_to(paths.run_dir).as_posix(),
-        chosen=stamp.get("chosen"),
-        dev_bleu=dict(stamp.get("dev_bleu", {})),
+        chosen=chosen if isinstance(chosen, str) else None,
+        dev_bleu={str(name): bleu for name, bleu in dev_bleu.items() if _is_number(bleu)}
+        if isinstance(dev_bleu, dict) else {},
         scores_status=status,
         decode=decode,
         scores=scores,
@@ -327,6 +325,34 @@ def run_info(paths: RunPaths, model_path: Path) -> RunInfo:
         last_bleu=with_bleu[-1] if with_bleu else None,
         best_bleu=max(with_bleu, key=lambda r: r[1]) if with_bleu else None,  # first best
     )
+
+
+def _test_scores(path: Path, model_path: Path) -> tuple[str, dict[str, Any], list[EvalScore]]:
+    """(status, decode settings, scores) of eval/scores.json for `model_path`: "current"
+    when it scored this very file, "stale" (a retrained model.pt), "absent" or "damaged"."""
+    report = read_json(path)
+    if report is None:
+        return ("damaged" if path.exists() else "absent"), {}, []
+    stamp = report.get("stamp")
+    if not isinstance(stamp, dict):
+        return "damaged", {}, []
+    if stamp.get("model") != file_fingerprint(model_path):
+        return "stale", {}, []
+    try:
+        decode = dict(report.get("decode", {}))
+        scores = [EvalScore(str(r["src"]), str(name), float(s["score"]), str(s["signature"]))
+                  for r in report.get("results", []) for name, s in r["scores"].items()]
+    except (AttributeError, KeyError, TypeError, ValueError):  # fields of other types
+        return "damaged", {}, []
+    return "current", decode, scores
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _source_layout(tokenizer: Tokenizer) -> str:

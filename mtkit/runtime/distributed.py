@@ -13,12 +13,15 @@ import gc
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from mtkit.errors import MtkitError
 from mtkit.runtime.devices import resolve_device, set_threads, threads_each
 
 log = logging.getLogger("mtkit")
@@ -84,11 +87,40 @@ class _RankPrefix(logging.Filter):
         return True
 
 
-def wait_for_main() -> None:
+def wait_for_main(failed: int = 0) -> None:
     """All ranks meet here; used while rank 0 alone tokenizes, binarises or validates,
-    which may take far longer than a training collective's timeout."""
-    if dist.is_initialized():
-        dist.barrier(group=_control)
+    which may take far longer than a training collective's timeout. Rank 0 passes the exit
+    code of an error that ends it (`main_alone`): the other ranks then end quietly with
+    that code, rank 0's error line standing for the job."""
+    if not dist.is_initialized():
+        return
+    code = broadcast(failed)
+    if code and not is_main():
+        raise SystemExit(code)
+
+
+@contextmanager
+def main_alone(alone: bool = True) -> Iterator[None]:
+    """Around rank 0's own work while every other rank waits in `wait_for_main` (on other
+    ranks, or with `alone` false, nothing): an error there is passed to them before it
+    ends rank 0, so they do not die of the closed connection (a gloo traceback each). Only
+    where the others are sure to be waiting: a rank inside a training collective would
+    never take the message. A signal is not passed on: every rank gets it from the
+    terminal or torchrun."""
+    if not (alone and dist.is_initialized() and is_main()):
+        yield
+        return
+    try:
+        yield
+    except MtkitError as exc:
+        wait_for_main(failed=exc.exit_code)
+        raise
+    except OSError:  # what the CLI reports as bad input too
+        wait_for_main(failed=2)
+        raise
+    except Exception:
+        wait_for_main(failed=1)
+        raise
 
 
 def broadcast(value: Any) -> Any:

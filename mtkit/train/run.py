@@ -35,7 +35,7 @@ import torch
 
 from mtkit.config import Recipe, TrainConfig, changed_fields
 from mtkit.data.tokenizer import Tokenizer
-from mtkit.errors import ConfigError, TrainingDiverged
+from mtkit.errors import ConfigError, OutputError, TrainingDiverged
 from mtkit.files.atomic import atomic_write_bytes
 from mtkit.files.textio import read_json_lines
 from mtkit.model.checkpoint import Bundle, Progress, load_checkpoint
@@ -332,8 +332,12 @@ class MetricsLog:
         if not self.enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as file:
-            file.write(json.dumps(record) + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as file:
+                file.write(json.dumps(record) + "\n")
+        except OSError as exc:  # a full disk: the write's error names no file
+            raise OutputError(f"{self.path}: cannot write ({exc.strerror or exc}); the "
+                              "run resumes from its last checkpoint") from None
         if self.tensorboard is not None:
             self.tensorboard.write(record)
 

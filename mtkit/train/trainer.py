@@ -39,6 +39,7 @@ from mtkit.model.loss import guided_alignment_loss, label_smoothed_nll
 from mtkit.model.transformer import CrossAttentionProbe, Transformer
 from mtkit.progress import progress_bar
 from mtkit.runtime.devices import bound_kernel_caches, resolve_device, resolve_precision
+from mtkit.runtime.logs import RunLogFile
 from mtkit.train.ema import WeightEMA
 from mtkit.train.keeper import CheckpointKeeper
 from mtkit.train.lines import show_train, show_valid
@@ -425,7 +426,7 @@ def train(
         trainer.start_from(*parent)
     trainer.keeper.drop_stale_top(trainer.progress)
     run_dir.mkdir(parents=True, exist_ok=True)
-    log_file = logging.FileHandler(paths.train_log, encoding="utf-8")
+    log_file = RunLogFile(paths.train_log)
     log_file.setFormatter(logging.Formatter("%(asctime)s | %(message)s"))
     if writes:
         log.addHandler(log_file)

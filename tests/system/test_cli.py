@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import stat
@@ -617,6 +618,55 @@ def test_a_closed_or_full_standard_stream_is_one_line(row, tiny_run, tmp_path, m
     expect_error(result, *STREAM_ROWS[row])
 
 
+def test_a_full_disk_under_a_checkpoint_is_one_line(tiny_run, tmp_path, mtkit_script,
+                                                   expect_error):
+    """A checkpoint that does not fit on the disk (a file-size limit stands for a full
+    disk: a write past it fails with EFBIG, as one past a full disk fails with ENOSPC):
+    torch.save reports the failed write as a RuntimeError of its zip writer, which must
+    still be the one-line output error, with the previous file intact and no temporary
+    file left."""
+    (tmp_path / "avg.pt").write_bytes(b"the previous average")
+    limit = 64 * 1024  # bytes; the tiny model is several times larger
+
+    def small_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    exe, env = mtkit_script
+    done = subprocess.run([str(exe), "average", str(tiny_run.model), str(tiny_run.model),
+                           "-o", "avg.pt"], cwd=tmp_path, env=env, capture_output=True,
+                          timeout=300, preexec_fn=small_disk)
+    result = CliResult(done.returncode, done.stdout.decode(), done.stderr.decode())
+    expect_error(result, "avg.pt: cannot write", "File too large", "intact")
+    assert (tmp_path / "avg.pt").read_bytes() == b"the previous average"
+    assert [p.name for p in tmp_path.iterdir()] == ["avg.pt"]
+
+
+def test_metrics_on_a_full_disk_are_named(tiny_run, tmp_path, mtkit_inprocess, expect_error):
+    """metrics.jsonl on a full disk (a link to /dev/full): the error names the file, as
+    every output error does (an append's OSError has no file name of its own)."""
+    run = tiny_run.copy_to(tmp_path)
+    metrics = run.run_dir / "metrics.jsonl"
+    metrics.unlink()
+    metrics.symlink_to("/dev/full")
+    result = mtkit_inprocess(["train", "tiny.yaml", "--set", "train.max_steps=30"], run.root)
+    expect_error(result, "runs/tiny/metrics.jsonl: cannot write (No space left on device)")
+
+
+def test_train_log_on_a_full_disk_is_one_warning(tiny_run, tmp_path, mtkit_inprocess):
+    """train.log (a copy of the log lines) on a full disk: said once, and the run goes on
+    with its log on stderr, instead of a traceback per line and an error at the end."""
+    run = tiny_run.copy_to(tmp_path)
+    train_log = run.run_dir / "train.log"
+    train_log.unlink()
+    train_log.symlink_to("/dev/full")
+    result = mtkit_inprocess(["train", "tiny.yaml", "--set", "train.max_steps=30"], run.root)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "Logging error" not in result.stderr
+    said = [line for line in result.stderr.splitlines() if "train.log" in line]
+    assert len(said) == 1 and "cannot write (No space left on device)" in said[0], said
+    assert saved_step(run.run_dir / "checkpoints" / "checkpoint_last.pt") == 30
+
+
 def setup_run_dir_file(d, run):
     (d / "afile").write_text("not a directory\n")
     return ["train", bible_recipe(d).name, "--run-dir", "afile"]
@@ -747,6 +797,21 @@ def test_changed_tokenizer_or_text_is_refused_before_any_stage(tiny_run, tmp_pat
     expect_error(result, "runs/tiny: ", named, "--restart")
     assert "[tokenizer]" not in result.stderr and "[binarize]" not in result.stderr
     assert mtimes(run.run_dir) == before
+
+
+def test_stamps_damaged_into_other_json_are_redone(tiny_run, tmp_path, mtkit_inprocess):
+    """A stamp or scores.json that decodes to something other than an object (hand-edited,
+    or another tool's file) is damaged like a cut one: its stage runs again (it was an
+    AttributeError traceback)."""
+    run = tiny_run.copy_to(tmp_path)
+    for name in ("tokenizer/stamp.json", "model.stamp.json", "eval/scores.json"):
+        (run.run_dir / name).write_text("[]\n", encoding="utf-8")
+    result = mtkit_inprocess(["train", "tiny.yaml"], run.root)
+    assert result.returncode == 0, result.stderr
+    for stage in ("tokenizer", "average", "eval"):
+        assert f"[{stage}] running" in result.stderr
+    assert "[train] skipped" in result.stderr  # the same tokenizer again: the run is whole
+    assert json.loads((run.run_dir / "eval" / "scores.json").read_text())["results"]
 
 
 def test_a_moved_length_filter_is_said_when_a_run_goes_on(tiny_run, tmp_path, mtkit_inprocess):

@@ -252,3 +252,20 @@ def test_bad_input_for_the_world_size_ends_before_any_process_starts(tmp_path, e
                        "--set", "train.max_tokens=250", "--set", "train.max_steps=4"], cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "tokens per update: 250 x 1 x 2 = 500" in again.stderr
+
+
+@pytest.mark.parametrize("change, named", [
+    (["--set", "model.dropout=0.2"], "runs/tiny: the recipe's model section changed"),
+    (["--set", "tokenizer.vocab_size=50000", "--restart"], "vocab_size 50000 is too large"),
+])
+def test_bad_input_rank_0_finds_alone_is_one_line(tmp_path, change, named, expect_error):
+    """What rank 0 refuses while the other ranks wait for it (the run directory's checks,
+    the tokenizer, binarising) ends every rank: rank 0 says why, the others end quietly
+    with its exit code, not with gloo's 'Connection closed by peer' traceback."""
+    bible_recipe(tmp_path, train={**TRAIN, "tokens_per_update": 1000, "max_steps": 3},
+                 model={"dropout": 0.3})
+    first = run_mtkit(["train", "tiny.yaml", "--until", "train"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    done = run_mtkit(["train", "tiny.yaml", "--until", "train", "--nproc", "2", *change],
+                     cwd=tmp_path)
+    expect_error(done, named)

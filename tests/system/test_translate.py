@@ -26,7 +26,7 @@ from builders import DATA, weights
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.int8 import quantize_int8
 from mtkit.decode.translate import Translator
-from mtkit.model.checkpoint import average_checkpoints
+from mtkit.model.checkpoint import average_checkpoints, load_checkpoint
 from mtkit.train.run import RunPaths
 
 
@@ -283,6 +283,18 @@ def test_ensemble_of_one_model_twice_equals_the_model(model, mtkit_cli, tmp_path
 
 
 # --------------------------------------------------------------------------- average
+
+
+def test_average_last_more_than_kept_says_how_many(tiny_run, tmp_path, mtkit_cli):
+    """--last 10 of a run that kept 2 step checkpoints averages those 2, and says so: the
+    file is not the 10-checkpoint average asked for."""
+    kept = RunPaths(tiny_run.run_dir).step_checkpoints()
+    result = mtkit_cli(["average", "--last", "10", tiny_run.run_dir, "-o", "avg.pt"],
+                       cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (f"average --last 10: {tiny_run.run_dir} has {len(kept)} step checkpoints; "
+            f"averaging those {len(kept)}") in result.stderr
+    assert load_checkpoint(tmp_path / "avg.pt").averaged_from == [str(p) for p in kept]
 
 
 def test_average_last_two_then_translate(tiny_run, tmp_path, mtkit_cli):

@@ -168,6 +168,41 @@ def test_stale_scores_are_not_shown(tmp_path, spm):
     assert model_info(paths.model).run.scores_status == "absent"
 
 
+DAMAGED = {
+    # file of the run -> contents that are JSON but not what mtkit wrote
+    "eval/scores.json": ['[1, 2]', '{"stamp": "x"}', '{"stamp": {"model": "FP"}, "results": [{}]}',
+                         '{"stamp": {"model": "FP"}, "results": [{"src": "t.es", "scores": '
+                         '{"BLEU": {"score": "high", "signature": 1}}}]}'],
+    "model.stamp.json": ['"average"', '{"chosen": 5, "dev_bleu": [1]}',
+                         '{"chosen": "average", "dev_bleu": {"average": "x"}}'],
+    "metrics.jsonl": ['{"event": "valid", "bleu": 1}', '{"event": "valid", "step": 3, "bleu": "x"}',
+                      '{"event": "valid", "step": "3", "bleu": 1}'],
+}
+
+
+@pytest.mark.parametrize("name, text", [(n, t) for n, texts in DAMAGED.items() for t in texts])
+def test_a_damaged_run_file_is_reported_not_a_crash(tmp_path, spm, name, text):
+    """A run's side files hand-edited or damaged into other JSON: `mtkit info` still
+    reports the model, leaving out (or calling damaged) what it cannot read."""
+    paths = fake_run(tmp_path, spm)
+    text = text.replace("FP", file_fingerprint(paths.model))
+    path = paths.run_dir / name
+    if name == "metrics.jsonl":
+        path.write_text(path.read_text(encoding="utf-8") + "\n" + text + "\n", encoding="utf-8")
+    else:
+        path.write_text(text, encoding="utf-8")
+    info = model_info(paths.run_dir)
+    shown = rows(info)
+    json.dumps(info.to_dict())  # the --json report too
+    if name == "eval/scores.json":
+        assert info.run.scores_status == "damaged" and info.run.scores == []
+        assert shown["test scores"] == "damaged (eval/scores.json unreadable)"
+    if name == "model.stamp.json":
+        assert "model.pt is" not in shown or "x" not in shown["model.pt is"]
+    if name == "metrics.jsonl":
+        assert (info.run.last_bleu, info.run.best_bleu) == ((20, 8.0), (10, 9.0))
+
+
 def test_unfinished_run_falls_back_to_checkpoint_last(tmp_path, spm):
     paths = fake_run(tmp_path, spm)
     paths.model.unlink()
