@@ -31,7 +31,7 @@ from train import SHAPE  # noqa: E402
 
 from mtkit.config import recipe_from_dict  # noqa: E402
 from mtkit.runtime import distributed as dist
-from mtkit.train.run import TrainMeter  # noqa: E402
+from mtkit.train.meter import TrainMeter  # noqa: E402
 from mtkit.train.trainer import Trainer  # noqa: E402
 
 TOKENS_PER_UPDATE = 8192
@@ -78,7 +78,7 @@ def worker(steps: int, warmup: int) -> None:
     result = {"processes": dist.world_size(), "threads_per_process": torch.get_num_threads(),
               "target_tokens_per_s": round(tokens / seconds), "updates": steps,
               "ms_per_update": round(1000 * seconds / steps, 1),
-              "loss": round(meter.flush()["loss"], 3)}
+              "loss": round(meter.means(seconds)["loss"], 3)}
     if dist.world_size() > 1:
         result["allreduce_ms_per_update_overlapped"] = round(1000 * sum(bucket_times) / steps, 1)
         result["allreduce_ms_full_gradient_blocking"] = round(blocking_allreduce_ms(trainer), 1)

@@ -71,6 +71,9 @@ class Progress:
     decay_from_step: int = 0
     decay_from_lr: float = 0.0
     revisions: list[tuple[int, int]] = field(default_factory=list)
+    # the training sums since the last train log line (train/meter.py), so that a run
+    # resumed between two lines logs the next as the uninterrupted run does
+    log_window: dict[str, Any] = field(default_factory=dict)
 
     def record_validation(self, score: float) -> bool:
         """Count a validation (higher score = better) for best-model and patience; True

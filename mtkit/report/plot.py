@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mtkit")
 
 # metric -> (panel title, y-axis label with its unit). The records' fields are written by
-# run.TrainMeter.flush ("train") and evaluation.Validation.record ("valid").
+# meter.TrainMeter.record ("train") and evaluation.Validation.record ("valid").
 PANELS = {
     "train.loss": ("Training loss", "loss (nats/token, label-smoothed)"),
     "train.nll": ("Training NLL", "NLL (nats/token)"),

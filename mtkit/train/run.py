@@ -19,14 +19,12 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import math
 import os
 import random
 import shutil
 import signal
 import socket
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -347,48 +345,6 @@ class MetricsLog:
             return
         kept = [r for r in read_json_lines(self.path) if r.get("step", 0) <= step]
         atomic_write_bytes(self.path, "".join(json.dumps(r) + "\n" for r in kept).encode())
-
-
-class TrainMeter:
-    """Training sums since the last log line, turned into one metrics record."""
-
-    def __init__(self):
-        self.start = time.monotonic()
-        self.loss = self.nll = 0.0
-        self.ntokens = self.updates = 0
-        self.grad_norm = self.lr = 0.0
-        self.align: float | None = None  # the guided-alignment loss, when training with one
-
-    def add(self, loss: float, nll: float, ntokens: int, grad_norm: float, lr: float,
-            align: float | None = None) -> None:
-        if align is not None:
-            self.align = (self.align or 0.0) + align
-        self.loss += loss
-        self.nll += nll
-        self.ntokens += ntokens
-        self.updates += 1
-        self.grad_norm += grad_norm
-        self.lr = lr
-
-    def flush(self) -> dict[str, float]:
-        seconds = max(time.monotonic() - self.start, 1e-9)
-        n, updates = max(self.ntokens, 1), max(self.updates, 1)
-        record = {
-            "loss": self.loss / n,
-            "nll": self.nll / n,
-            "ppl": math.exp(min(self.nll / n, 50.0)),
-            "lr": self.lr,
-            "grad_norm": self.grad_norm / updates,
-            "tgt_tokens_per_s": self.ntokens / seconds,
-            **({} if self.align is None else {"align_loss": self.align / n}),
-        }
-        self.__init__()
-        return record
-
-    def record(self, progress: Progress) -> dict[str, Any]:
-        """The metrics record of a train log line at `progress` (the sums start again)."""
-        return {**self.flush(), "event": "train", "step": progress.step,
-                "epoch": progress.epoch, "elapsed": round(progress.elapsed, 1)}
 
 
 # --------------------------------------------------------------------------- signals

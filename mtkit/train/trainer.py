@@ -43,13 +43,13 @@ from mtkit.runtime.logs import RunLogFile
 from mtkit.train.ema import WeightEMA
 from mtkit.train.keeper import CheckpointKeeper
 from mtkit.train.lines import show_train, show_valid
+from mtkit.train.meter import TrainMeter
 from mtkit.train.ranks import Ranks
 from mtkit.train.run import (
     BadUpdates,
     MetricsLog,
     RunPaths,
     StopSignals,
-    TrainMeter,
     check_same_run,
     record_job,
     restore_rng_states,
@@ -218,7 +218,8 @@ class Trainer:
 
     def _loop(self, start: float, bar: tqdm | None, signals: StopSignals) -> None:
         """Update until a stop rule or a signal; each step: log, validate, save."""
-        cfg, progress, meter = self.cfg, self.progress, TrainMeter()
+        cfg, progress = self.cfg, self.progress
+        meter = TrainMeter.resumed(progress)
         while True:
             group = self.batches.next_group(progress)
             if group is None:  # the last epoch ended
@@ -230,6 +231,8 @@ class Trainer:
                 record = meter.record(progress)
                 self.metrics.write(record)
                 show_train(record, bar)
+                meter = TrainMeter(since=progress.elapsed)
+            progress.log_window = meter.window()  # what a checkpoint saved now carries
             if progress.step % cfg.valid_every == 0:
                 self._validate()
             progress.elapsed, received = self.ranks.agree(time.monotonic() - start,

@@ -38,10 +38,12 @@ def test_reverse_task_canary(tmp_path):
 
 
 def test_resumed_training_is_bit_identical(tmp_path):
-    """N steps in one go == N/2 steps, a fresh process state, then N/2 more."""
+    """N steps in one go == N/2 steps, a fresh process state, then N/2 more: the weights,
+    and the train log lines, one of which spans the stop (steps 5-8)."""
     path = bible_recipe(
         tmp_path,
-        train={"max_steps": 12, "update_freq": 2, "valid_every": 4, "save_every": 4},
+        train={"max_steps": 12, "update_freq": 2, "valid_every": 4, "save_every": 4,
+               "log_every": 4},
         model={"dropout": 0.3, "attn_dropout": 0.1},
     )
     whole = load_recipe(path)
@@ -62,6 +64,11 @@ def test_resumed_training_is_bit_identical(tmp_path):
         assert torch.equal(a[key], b[key]), key
     steps = [r["step"] for r in metrics_records(run)]
     assert steps == sorted(steps), "metrics.jsonl must read in step order after a resume"
+    sums = ("step", "loss", "nll", "ppl", "lr", "grad_norm")
+    lines = [[{k: r[k] for k in sums} for r in metrics_records(directory, "train")]
+             for directory in (tmp_path / "whole", run)]
+    assert [r["step"] for r in lines[0]] == [4, 8, 12]
+    assert lines[1] == lines[0]
 
 
 def test_checkpoints_and_metrics(tmp_path):
