@@ -3,6 +3,7 @@ command-line tool, each run in a subprocess as a user would."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -190,3 +191,36 @@ def test_dash_reads_the_hypotheses_from_stdin(tmp_path, mtkit_cli):
                         input=Path(hyp).read_bytes())
     assert by_dash.returncode == 0, by_dash.stderr
     assert by_dash.stdout == by_file.stdout != ""
+
+
+def test_a_tokenizer_whose_model_cannot_be_downloaded_is_named(tmp_path, monkeypatch,
+                                                                mtkit_inprocess, expect_error):
+    """flores200 downloads its SentencePiece model on first use: offline, the error names
+    the tokenizer and the download, not a bare '<urlopen error ...>'."""
+    import urllib.error
+
+    import sacrebleu.tokenizers.tokenizer_spm as spm
+
+    def offline(url: str, path: str) -> None:
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(spm, "SACREBLEU_DIR", str(tmp_path / "sacrebleu"))
+    monkeypatch.setattr(spm, "download_file", offline)
+    hyp = write_lines(tmp_path / "hyp.txt", HYPS)
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    result = mtkit_inprocess(["score", "-r", ref, "-i", hyp, "--tokenize", "flores200"],
+                             tmp_path)
+    expect_error(result, "BLEU tokenizer 'flores200' is unavailable",
+                 "could not download its SentencePiece model", "Name or service not known")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("MeCab") is not None,
+                    reason="sacrebleu's Japanese tokenizer is installed")
+def test_a_tokenizer_without_its_package_is_named(tmp_path, mtkit_inprocess, expect_error):
+    hyp = write_lines(tmp_path / "hyp.txt", HYPS)
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    result = mtkit_inprocess(["score", "-r", ref, "-i", hyp, "--tokenize", "ja-mecab"],
+                             tmp_path)
+    error = expect_error(result, "BLEU tokenizer 'ja-mecab' is unavailable",
+                         "pip install sacrebleu[ja]")
+    assert "None" not in error
