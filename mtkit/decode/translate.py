@@ -318,6 +318,9 @@ class Translator:
         tokenizer = _pair_tokenizer(self.tokenizer, src_lang, tgt_lang)
         first_line = self.stats.sentences if first_line is None else first_line
         numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
+        if isinstance(prefixes, str):  # not one prefix per character
+            raise ConfigError("prefixes: give a list of strings, one per line (one string is "
+                              "the prefix of one string of text)")
         for given, what in ((prefixes, "prefixes"), (numbers, "line numbers")):
             if given is not None and len(given) != len(lines):
                 raise ConfigError(f"{len(given)} {what} for {len(lines)} lines: give one per "

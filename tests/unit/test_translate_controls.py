@@ -43,6 +43,15 @@ def test_prefixes_start_the_translations_and_empty_lines_stay_empty():
         translator().search(LINES, prefixes=["a", "b"])
 
 
+@pytest.mark.parametrize("call", ["translate", "translate_aligned", "search"])
+def test_one_string_of_prefixes_for_a_list_of_lines_is_refused(call):
+    """A string as long as the list is not one prefix per character: each line would be
+    forced to start with one letter of it, silently."""
+    lines = ["a b", "c"]
+    with pytest.raises(ConfigError, match="prefixes: give a list"):
+        getattr(translator(beam=1), call)(lines, prefixes="ab")
+
+
 def test_samples_are_the_same_whatever_the_batching():
     """Lines numbered as in their input (first_line) get the same samples in one call, in
     several, or in batches of any size."""
