@@ -85,8 +85,11 @@ def render(fragment: Fragment, translations: Sequence[str],
 
 
 def clean(text: str) -> str:
-    """Control characters (NUL, escape, ...) as spaces: never part of a word."""
-    return "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in text)
+    """Control characters (NUL, escape, ...) as spaces: never part of a word. Those that
+    are whitespace (tab, line breaks) stay, so the whitespace around a text is written
+    back as it was."""
+    return "".join(" " if unicodedata.category(ch) == "Cc" and not ch.isspace() else ch
+                   for ch in text)
 
 
 def breaks(node: Node) -> bool:

@@ -257,6 +257,19 @@ def test_entities_and_nbsp_come_back_as_written() -> None:
     assert output == "<p>a&lt;b &copy; &amp; c</p>"
 
 
+@pytest.mark.parametrize(("html", "expected"), [
+    ("<p>\r\n  Hola\r\n</p>", "<p>\r\n  Hello there\r\n</p>"),
+    ("<li>\n\t<b>Hola</b> mundo\n</li>", "<li>\n\t<b>Hello</b> there\n</li>"),
+    ("<p>\tHola\t</p>", "<p>\tHello there\t</p>"),
+    ("<p>&#9;Hola</p>", "<p>&#9;Hello there</p>"),
+])
+def test_whitespace_around_a_text_comes_back_as_it_was(html: str, expected: str) -> None:
+    """A page's line breaks and tabs around a text are kept (a whole-file page keeps its
+    layout); inside it, one space separates words."""
+    assert round_trip(html) == html
+    assert render(parse_fragment(html), ["Hello there"], [[(0, 0), (1, 1)]]) == expected
+
+
 def test_render_needs_one_translation_per_text() -> None:
     with pytest.raises(ValueError, match="2 texts"):
         render(parse_fragment("<p>a</p><p>b</p>"), ["x"], [[]])
