@@ -30,7 +30,9 @@ Bible model the two forms are compared in docs/benchmarks.md.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -161,11 +163,12 @@ def mask(line: str, protection: Protection) -> Masked | None:
         return None
     words = [(m.start(), m.end()) for m in re.finditer(r"\S+", line)]
     placeholders, pieces, at, word = [], [], 0, 0
+    tokens = _free_masks(line)
     for start, end, marker in spans:
         while words[word][1] <= start:
             word += 1
         first, last = words[word]
-        form = "" if marker or protection.mask == "drop" else f"X{len(placeholders)}"
+        form = "" if marker or protection.mask == "drop" else next(tokens)
         rest = line[first:start] + line[end:last]
         whole = not marker and not any(c.isalnum() for c in rest)
         placeholders.append(Placeholder(line[start:end], word, whole, start == first, marker,
@@ -180,6 +183,13 @@ def mask(line: str, protection: Protection) -> Masked | None:
                                                                for p in placeholders):
             kept.append(index)
     return Masked(text, tuple(placeholders), tuple(kept))
+
+
+def _free_masks(line: str) -> Iterator[str]:
+    """X0, X1, ... without those the line has in any case (a model name X1, a word
+    x10): restoring would take them for masks."""
+    lowered = line.lower()
+    return (f"X{k}" for k in itertools.count() if f"x{k}" not in lowered)
 
 
 # --------------------------------------------------------------------------- restoring

@@ -156,6 +156,17 @@ def test_restoring_puts_each_placeholder_back_exactly_as_often(form):
         assert all(0 <= i < len(line.split()) for i, _ in new_links)
 
 
+@pytest.mark.parametrize("line", ["Pulsa X0 y %s", "El modelo x1 y X0b abre %s y {0}"])
+def test_a_token_mask_never_is_a_word_the_line_already_has(line):
+    """A line that writes X0 itself (a product, a model name) keeps it: the masks are
+    numbered past what the line has, so restoring does not take its X0 for a mask."""
+    masked = mask(line, protection(mask="token"))
+    assert all(p.mask.lower() not in line.lower() for p in masked.placeholders)
+    words = line.split()
+    text, _ = restore(masked, masked.text, tuple((i, i) for i in range(len(words))))
+    assert text == line
+
+
 def test_a_lost_placeholder_goes_next_to_its_aligned_neighbour():
     masked = mask("abre %s archivos", protection())
     # the model saw "abre  archivos" (words 0 and 2 of the source)
