@@ -14,7 +14,7 @@ from typing import Any
 
 from mtkit.errors import ConfigError
 from mtkit.evaluate.metrics import compare_systems, corpus_scores
-from mtkit.files.textio import read_lines
+from mtkit.files.textio import read_lines, stream_lines
 
 METRICS = ("bleu", "chrf", "ter")
 
@@ -71,16 +71,7 @@ def _metric_names(metrics: str) -> tuple[str, ...]:
 
 
 def _stdin_lines() -> list[str]:
-    data = sys.stdin.buffer.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"<stdin>:{line}: invalid UTF-8 in the hypotheses") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
+    return list(stream_lines(sys.stdin.buffer, "<stdin>"))  # as a file's lines are read
 
 
 def _rows_text(rows: list[dict[str, Any]], as_json: bool) -> str:

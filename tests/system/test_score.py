@@ -224,3 +224,16 @@ def test_a_tokenizer_without_its_package_is_named(tmp_path, mtkit_inprocess, exp
     error = expect_error(result, "BLEU tokenizer 'ja-mecab' is unavailable",
                          "pip install sacrebleu[ja]")
     assert "None" not in error
+
+
+def test_stdin_is_read_as_a_file_is(tmp_path, mtkit_cli):
+    """A byte-order mark and CRLF endings score the same through `-i FILE` and `< FILE`."""
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_bytes(b"\xef\xbb\xbf" + "".join(h + "\r\n" for h in HYPS).encode("utf-8"))
+    args = ["score", "-r", ref, "--metrics", "bleu,chrf,ter"]
+    by_file = mtkit_cli([*args, "-i", hyp], cwd=tmp_path)
+    by_stdin = mtkit_cli(args, cwd=tmp_path, input=hyp.read_bytes())
+    plain = mtkit_cli([*args, "-i", write_lines(tmp_path / "plain.txt", HYPS)], cwd=tmp_path)
+    assert by_stdin.returncode == 0, by_stdin.stderr
+    assert by_stdin.stdout == by_file.stdout == plain.stdout != ""
