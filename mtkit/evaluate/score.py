@@ -38,6 +38,7 @@ def score_report(request: ScoreRequest) -> str:
     """What `mtkit score` prints: one line per metric (sacrebleu's), one row per system
     and metric for a comparison, or the same as JSON."""
     names = _metric_names(request.metrics)
+    _check_comparison(request)
     refs = [list(read_lines(r)) for r in request.refs]
     ref_names = [str(r) for r in request.refs]
     options: dict[str, Any] = {"tokenize": request.tokenize, "lowercase": request.lowercase,
@@ -57,6 +58,18 @@ def score_report(request: ScoreRequest) -> str:
         payload = [{"name": s.name, "score": s.score, "signature": s.signature} for s in results]
         return json.dumps(payload, indent=1) + "\n"
     return "".join(f"{s.text}\n" for s in results)
+
+
+def _check_comparison(request: ScoreRequest) -> None:
+    """A comparison is of its --system files alone, two or more; --paired-ar is one."""
+    if request.systems and request.hyp is not None:
+        raise ConfigError(f"--input {request.hyp}: not with --system (a comparison scores its "
+                          "systems alone); give it as a --system, the first for the baseline")
+    if len(request.systems) == 1:
+        raise ConfigError(f"--system {request.systems[0]}: give two or more to compare (the "
+                          "first is the baseline); score one file with --input")
+    if request.paired_ar and not request.systems:
+        raise ConfigError("--paired-ar: a test between --system files; give two or more")
 
 
 def _metric_names(metrics: str) -> tuple[str, ...]:

@@ -237,3 +237,19 @@ def test_stdin_is_read_as_a_file_is(tmp_path, mtkit_cli):
     plain = mtkit_cli([*args, "-i", write_lines(tmp_path / "plain.txt", HYPS)], cwd=tmp_path)
     assert by_stdin.returncode == 0, by_stdin.stderr
     assert by_stdin.stdout == by_file.stdout == plain.stdout != ""
+
+
+@pytest.mark.parametrize(("options", "needles"), [
+    (["-i", "hyp.txt", "-s", "a.txt", "-s", "b.txt"], ["--input hyp.txt", "not with --system"]),
+    (["-s", "a.txt"], ["--system", "two or more"]),
+    (["-i", "hyp.txt", "--paired-ar"], ["--paired-ar", "--system"]),
+])
+def test_a_comparison_takes_its_systems_only(options, needles, tmp_path, mtkit_inprocess,
+                                             expect_error):
+    """`-i` beside `-s` was left out of the comparison without a word; one system has
+    nothing to be compared with; --paired-ar without systems tested nothing."""
+    for name in ("hyp.txt", "a.txt", "b.txt"):
+        write_lines(tmp_path / name, HYPS)
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    result = mtkit_inprocess(["score", "-r", ref, *options], tmp_path)
+    expect_error(result, *needles)
