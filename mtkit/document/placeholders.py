@@ -47,6 +47,7 @@ class Rule:
     pattern: str
     default: bool  # on unless a user switches protection off
     marker: bool = False  # an accelerator marker, put back inside a word
+    parens: bool = False  # takes the ')' that closes a '(' it holds (a URL's wiki/Luz_(x))
 
 
 RULES: tuple[Rule, ...] = (
@@ -56,7 +57,8 @@ RULES: tuple[Rule, ...] = (
     Rule("brace", r"\{\{[\w.]*\}\}|\{\w*(?:[.\[][^{}\s]*)?(?:![rsa])?(?::[^{}\s]*)?\}", True),
     Rule("dollar", r"\$\([A-Za-z_]\w*\)|\$\{[A-Za-z_]\w*\}", True),
     Rule("percent_name", r"%[A-Z][A-Z0-9_]*%|%[A-Z][A-Z0-9_]{2,}", True),
-    Rule("url", rf"\b(?:https?|ftp)://[^\s<>\"]*{_END}|\bwww\.[^\s<>\"]*{_END}", True),
+    Rule("url", rf"\b(?:https?|ftp)://[^\s<>\"]*{_END}|\bwww\.[^\s<>\"]*{_END}", True,
+         parens=True),
     # bounded as addresses are (RFC 5321: a local part of 64 characters, labels of 63), so
     # that a long run of such characters without an @ costs linear, not quadratic, time
     Rule("email", r"\b[\w.%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,16}"
@@ -110,10 +112,19 @@ def protection(enabled: bool = True, add: tuple[str, ...] | list[str] = (),
 
 
 @lru_cache(maxsize=32)
-def _compiled(protection: Protection) -> tuple[tuple[re.Pattern[str], bool], ...]:
-    rules = [(re.compile(rule.pattern), rule.marker) for rule in RULES
+def _compiled(protection: Protection) -> tuple[tuple[re.Pattern[str], bool, bool], ...]:
+    rules = [(re.compile(rule.pattern), rule.marker, rule.parens) for rule in RULES
              if rule.name in protection.rules]
-    return tuple(rules + [(re.compile(p), False) for p in protection.patterns])
+    return tuple(rules + [(re.compile(p), False, False) for p in protection.patterns])
+
+
+def _closed(text: str, start: int, end: int) -> int:
+    """The end of text[start:end] taken on over each ')' after it that closes one of its
+    '(' (a URL does not end in punctuation, but may end in a balanced parenthesis)."""
+    while end < len(text) and text[end] == ")" and \
+            text.count("(", start, end) > text.count(")", start, end):
+        end += 1
+    return end
 
 
 def find(text: str, protection: Protection) -> list[tuple[int, int, bool]]:
@@ -121,7 +132,8 @@ def find(text: str, protection: Protection) -> list[tuple[int, int, bool]]:
     overlapping (the longer of two that overlap; the first of two as long)."""
     if not protection.active:
         return []
-    found = [(m.start(), m.end(), marker) for pattern, marker in _compiled(protection)
+    found = [(m.start(), _closed(text, m.start(), m.end()) if parens else m.end(), marker)
+             for pattern, marker, parens in _compiled(protection)
              for m in pattern.finditer(text)
              if m.end() > m.start() and not any(c.isspace() for c in m.group())]
     found.sort(key=lambda span: (span[0], span[0] - span[1]))

@@ -75,6 +75,11 @@ def test_joining_keeps_the_gaps_between_sentences_and_none_for_zh_ja_th():
     ("Bienvenido a %PRODUCTNAME y %NAME%.", ["%PRODUCTNAME", "%NAME%"]),
     ("Vea https://ex.org/a?b=1. O www.ex.org, o ana.b@ex.co.uk!",
      ["https://ex.org/a?b=1", "www.ex.org", "ana.b@ex.co.uk"]),
+    # a URL keeps the parentheses it opens and closes, not one around it
+    ("Lee https://es.wikipedia.org/wiki/Luz_(física). (Ver www.ex.org/a_(b)_c)",
+     ["https://es.wikipedia.org/wiki/Luz_(física)", "www.ex.org/a_(b)_c"]),
+    ("(https://ex.org/a) y https://ex.org/q?(1)", ["https://ex.org/a", "https://ex.org/q?(1)"]),
+    ("https://ex.org/a(b " + "(c)" * 3000, ["https://ex.org/a(b"]),
     ("Un 50% de descuento, 3 veces", []),  # no printf in "50% de"; numbers: off
     ("A first.last+tag@mail.example.co.uk (--jo@x.org)",
      ["first.last+tag@mail.example.co.uk", "jo@x.org"]),
