@@ -316,3 +316,25 @@ def test_the_order_of_work_takes_html_apart_first_and_puts_it_back_last() -> Non
                   options)
     assert [d.text for d in done] == ["<p>Open <b>%s files</b></p><p>Bye</p>", "<br>",
                                       "<i>hello</i>"]
+
+
+@pytest.mark.parametrize(("line", "translation", "expected"), [
+    ("<p>{0}<b>dijo</b></p>", "", "<p><b>{0}</b></p>"),  # the model dropped the word
+    ("<p>%s<b>dijo</b></p>", "", "<p><b>%s</b></p>"),
+])
+def test_a_tag_never_cuts_a_placeholder(line: str, translation: str, expected: str) -> None:
+    """Punctuation at a word's edge goes outside a tag, but not the punctuation of a
+    placeholder: '{<b>0</b>}' would be no {0} to a program filling it in."""
+    from mtkit.document.pipeline import DocumentOptions, Translated, finish, prepare
+
+    options = DocumentOptions(format="html")
+    prepared = prepare([line], options)
+    links = tuple((0, j) for j in range(len(translation.split())))
+    done = finish(prepared, [Translated(translation, links)], options)
+    assert done[0].text == expected
+
+
+def test_only_the_punctuation_outside_a_kept_string_leaves_the_tag() -> None:
+    fragment = parse_fragment("<p>(<b>dijo</b>)</p>")
+    assert render(fragment, ["(%s)"], [[(0, 0)]]) == "<p>(%<b>s</b>)</p>"
+    assert render(fragment, ["(%s)"], [[(0, 0)]], [("%s",)]) == "<p>(<b>%s</b>)</p>"
