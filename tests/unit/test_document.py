@@ -65,6 +65,16 @@ def test_joining_keeps_the_gaps_between_sentences_and_none_for_zh_ja_th():
         assert join_translations(["你好。", "谢谢。", "好"], pieces, lang) == "你好。谢谢。好"
 
 
+@pytest.mark.parametrize("gap", ["\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_a_gap_that_breaks_lines_is_joined_as_a_space(gap):
+    """A line's sentences separated by a CR or another character that some readers take
+    for a line break: the joined translation is still one line to any of them."""
+    pieces = [Piece("A.", gap + " "), Piece("B.", "")]
+    joined = join_translations(["X.", "Y."], pieces, "en")
+    assert joined == "X.  Y."
+    assert len(joined.splitlines()) == 1
+
+
 # --------------------------------------------------------------------------- finding
 
 
