@@ -271,7 +271,7 @@ class Translator:
         numbers = [first_line + plan.line for plan in prepared.plans for _ in plan.pieces]
         sentences = list(prepared.sentences)
         found = self.search(sentences, numbers=numbers, src_lang=src_lang, tgt_lang=tgt_lang)
-        self.lines_done += len(lines)
+        self.lines_done += len(lines) - len(sentences)  # lines, not their sentences
         wanted = [k for k, want in enumerate(prepared.want_links) if want]
         found_links = self.align([sentences[k] for k in wanted], [found[k][:1] for k in wanted],
                                  "word", src_lang, tgt_lang) if wanted else []
@@ -320,7 +320,6 @@ class Translator:
         target language token leads each hypothesis (forced, before the prefix)."""
         tokenizer = _pair_tokenizer(self.tokenizer, src_lang, tgt_lang)
         first_line = self.lines_done if first_line is None else first_line
-        counted = numbers is None  # given numbers: a caller's lines' pieces, counted there
         numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
         if isinstance(prefixes, str):  # not one prefix per character
             raise ConfigError("prefixes: give a list of strings, one per line (one string is "
@@ -346,7 +345,7 @@ class Translator:
             for k, hyps in zip(batch, found):
                 results[todo[k]] = hyps
         self.stats.sentences += len(lines)
-        self.lines_done += len(lines) if counted else 0
+        self.lines_done += len(lines)
         self.stats.tokens += sum(len(r[0].tokens) for r in results)
         return results
 
