@@ -47,7 +47,7 @@ class Rule:
     pattern: str
     default: bool  # on unless a user switches protection off
     marker: bool = False  # an accelerator marker, put back inside a word
-    parens: bool = False  # takes the ')' that closes a '(' it holds (a URL's wiki/Luz_(x))
+    parens: bool = False  # takes a ')', ']' or '}' that closes one it opened (wiki/Luz_(x))
 
 
 RULES: tuple[Rule, ...] = (
@@ -118,11 +118,15 @@ def _compiled(protection: Protection) -> tuple[tuple[re.Pattern[str], bool, bool
     return tuple(rules + [(re.compile(p), False, False) for p in protection.patterns])
 
 
+_OPENING = {")": "(", "]": "[", "}": "{"}
+
+
 def _closed(text: str, start: int, end: int) -> int:
-    """The end of text[start:end] taken on over each ')' after it that closes one of its
-    '(' (a URL does not end in punctuation, but may end in a balanced parenthesis)."""
-    while end < len(text) and text[end] == ")" and \
-            text.count("(", start, end) > text.count(")", start, end):
+    """The end of text[start:end] taken on over each ')', ']' or '}' after it that closes
+    one it opened (a URL does not end in punctuation, but may in a balanced bracket:
+    wiki/Luz_(física), users/{id})."""
+    while end < len(text) and text[end] in _OPENING and \
+            text.count(_OPENING[text[end]], start, end) > text.count(text[end], start, end):
         end += 1
     return end
 

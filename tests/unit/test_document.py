@@ -90,6 +90,9 @@ def test_a_gap_that_breaks_lines_is_joined_as_a_space(gap):
      ["https://es.wikipedia.org/wiki/Luz_(física)", "www.ex.org/a_(b)_c"]),
     ("(https://ex.org/a) y https://ex.org/q?(1)", ["https://ex.org/a", "https://ex.org/q?(1)"]),
     ("https://ex.org/a(b " + "(c)" * 3000, ["https://ex.org/a(b"]),
+    # and the brace or bracket that closes one, as in a URL template
+    ("Visita https://ex.org/users/{id}. [https://ex.org/?q={0}&r=[1]]",
+     ["https://ex.org/users/{id}", "https://ex.org/?q={0}&r=[1]"]),
     ("Un 50% de descuento, 3 veces", []),  # no printf in "50% de"; numbers: off
     ("A first.last+tag@mail.example.co.uk (--jo@x.org)",
      ["first.last+tag@mail.example.co.uk", "jo@x.org"]),
