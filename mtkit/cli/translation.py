@@ -294,6 +294,10 @@ def serve(
 def _document_choices(split: bool | None, no_protect: bool, protect: list[str] | None,
                       protect_regex: list[str] | None) -> dict[str, Any]:
     """The document flags as DecodeChoices' fields (None: the model's recipe's)."""
+    for given, flag in ((protect, "--protect"), (protect_regex, "--protect-regex")):
+        if no_protect and given:  # (protection off would drop what they add, unsaid)
+            raise ConfigError(f"--no-protect: not with {flag} (it adds placeholders to "
+                              "protect); leave one of them out")
     return {"split": split, "protect": False if no_protect else None,
             "protect_rules": tuple(protect) if protect else None,
             "protect_regex": tuple(protect_regex) if protect_regex else None}

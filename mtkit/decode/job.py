@@ -10,6 +10,7 @@ is written atomically: it appears whole or not at all.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import tempfile
@@ -30,6 +31,8 @@ from mtkit.files.atomic import atomic_write
 from mtkit.files.textio import count_lines
 from mtkit.progress import on_terminal
 from mtkit.runtime import distributed as dist
+
+log = logging.getLogger("mtkit")
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,14 @@ def open_input(path: Path | None) -> int:
         raise ConfigError(f"--input {path}: cannot read ({exc.strerror})") from None
 
 
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def read_prefixes(path: Path | None, input_file: Path | None) -> Prefixes | None:
     """--prefix FILE's lines, read as translate reads its input, or a one-line error; for
     an input file, its line count checked against theirs (stdin's: as it is read)."""
@@ -114,8 +125,13 @@ def read_prefixes(path: Path | None, input_file: Path | None) -> Prefixes | None
     raw = data.split(b"\n")
     if raw[-1] == b"":
         raw.pop()  # after the last line's newline (or an empty file)
-    prefixes = Prefixes(tuple(decode_lines(raw, Stats())), str(path),
+    read = Stats()
+    prefixes = Prefixes(tuple(decode_lines(raw, read)), str(path),
                         str(input_file) if input_file is not None else "stdin")
+    if read.invalid_utf8:  # said as the input's are: a replaced byte is forced as <unk>
+        first = next(n for n, line in enumerate(raw, 1) if not _is_utf8(line))
+        log.warning("--prefix %s: %d lines had invalid UTF-8 (first: line %d); bad bytes "
+                    "were replaced with U+FFFD", path, read.invalid_utf8, first)
     if input_file is not None and input_file.is_file():  # (open_input words the others)
         count = count_lines(input_file, decompress=False)  # as translate reads it: raw
         if count != len(prefixes.lines):

@@ -79,13 +79,22 @@ def score_job(job: ScoreJob) -> ScoreStats:
     return stats[0]
 
 
-def checked_line_count(src_file: Path, tgt_file: Path) -> int:
-    """The files' common line count, or a one-line error naming both."""
+def checked_line_count(src_file: Path, tgt_file: Path) -> int | None:
+    """The files' common line count, or a one-line error naming both; None when one is
+    a pipe (`<(...)`, /dev/stdin), which reads once: scoring checks it as it goes."""
+    if not all(map(_read_twice, (src_file, tgt_file))):
+        return None
     counts = [count_lines(path) for path in (src_file, tgt_file)]
     if counts[0] != counts[1]:
         raise DataError(f"--src {src_file} has {counts[0]} lines, --tgt {tgt_file} "
                         f"{counts[1]}: give one target line per source line")
     return counts[0]
+
+
+def _read_twice(path: Path) -> bool:
+    """Whether the file can be counted and then read: not a pipe (a missing file or a
+    directory: yes, so that counting says what is wrong before the model loads)."""
+    return path.is_file() or path.is_dir() or not path.exists()
 
 
 def score_stream(translator: Translator, src_file: Path, tgt_file: Path, out: BinaryIO,
@@ -98,8 +107,11 @@ def score_stream(translator: Translator, src_file: Path, tgt_file: Path, out: Bi
     bar = progress_bar(total_lines, "pair", enabled=progress)
     while True:
         src, tgt = list(islice(sources, buffer_lines)), list(islice(targets, buffer_lines))
-        if len(src) != len(tgt):  # counted equal before: a file changed while read
-            checked_line_count(src_file, tgt_file)
+        if len(src) != len(tgt):  # counted equal before (unless a pipe), or changed since
+            if checked_line_count(src_file, tgt_file) is None:
+                raise DataError(f"--src {src_file} and --tgt {tgt_file} differ in length: "
+                                f"one ends after line {stats.pairs + min(len(src), len(tgt))}"
+                                "; give one target line per source line")
             raise DataError(f"--src {src_file} and --tgt {tgt_file} changed while read")
         if not src:
             break

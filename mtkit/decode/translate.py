@@ -117,6 +117,8 @@ class Translator:
         self.max_tokens = max_tokens
         self.max_source = engine.max_source
         self.stats = Stats()
+        self.lines_done = 0  # input lines so far: the default number of the next (not
+        # stats.sentences, which counts a split line's sentences)
         langs = engine.recipe.data.langs
         self.document = DocumentOptions(
             split=settings.split, src_lang=langs.src, tgt_lang=langs.tgt,
@@ -265,10 +267,11 @@ class Translator:
             tgt_lang=tgt_lang or self.document.tgt_lang,
             format=format or self.document.format)
         prepared = prepare(lines, options)
-        first_line = self.stats.sentences if first_line is None else first_line
+        first_line = self.lines_done if first_line is None else first_line
         numbers = [first_line + plan.line for plan in prepared.plans for _ in plan.pieces]
         sentences = list(prepared.sentences)
         found = self.search(sentences, numbers=numbers, src_lang=src_lang, tgt_lang=tgt_lang)
+        self.lines_done += len(lines) - len(sentences)  # lines, not their sentences
         wanted = [k for k, want in enumerate(prepared.want_links) if want]
         found_links = self.align([sentences[k] for k in wanted], [found[k][:1] for k in wanted],
                                  "word", src_lang, tgt_lang) if wanted else []
@@ -316,8 +319,11 @@ class Translator:
         `first_line` on (default: the lines translated so far). A multilingual model's
         target language token leads each hypothesis (forced, before the prefix)."""
         tokenizer = _pair_tokenizer(self.tokenizer, src_lang, tgt_lang)
-        first_line = self.stats.sentences if first_line is None else first_line
+        first_line = self.lines_done if first_line is None else first_line
         numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
+        if isinstance(prefixes, str):  # not one prefix per character
+            raise ConfigError("prefixes: give a list of strings, one per line (one string is "
+                              "the prefix of one string of text)")
         for given, what in ((prefixes, "prefixes"), (numbers, "line numbers")):
             if given is not None and len(given) != len(lines):
                 raise ConfigError(f"{len(given)} {what} for {len(lines)} lines: give one per "
@@ -339,6 +345,7 @@ class Translator:
             for k, hyps in zip(batch, found):
                 results[todo[k]] = hyps
         self.stats.sentences += len(lines)
+        self.lines_done += len(lines)
         self.stats.tokens += sum(len(r[0].tokens) for r in results)
         return results
 

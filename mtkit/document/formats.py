@@ -65,8 +65,10 @@ def unpack(lines: Sequence[str], format: str = "text") -> Unpacked:
                     tuple(k for k, f in enumerate(fragments) for _ in f.texts))
 
 
-def repack(unpacked: Unpacked, translated: Sequence[Linked]) -> list[str]:
-    """One output line per input line: the translations of its texts, put back."""
+def repack(unpacked: Unpacked, translated: Sequence[Linked],
+           kept: Sequence[tuple[str, ...]] = ()) -> list[str]:
+    """One output line per input line: the translations of its texts, put back; `kept`,
+    per text, the strings (placeholders) no tag may cut."""
     if len(translated) != len(unpacked.texts):
         raise ValueError(f"{len(translated)} translations for {len(unpacked.texts)} texts")
     if unpacked.format == "text":
@@ -74,6 +76,7 @@ def repack(unpacked: Unpacked, translated: Sequence[Linked]) -> list[str]:
     lines, at = [], 0
     for fragment in unpacked.fragments:
         mine = translated[at:at + len(fragment.texts)]
-        lines.append(render(fragment, [t.text for t in mine], [t.links for t in mine]))
+        lines.append(render(fragment, [t.text for t in mine], [t.links for t in mine],
+                            kept[at:at + len(fragment.texts)] if kept else ()))
         at += len(fragment.texts)
     return lines

@@ -72,21 +72,27 @@ def parse_fragment(html: str) -> Fragment:
 
 
 def render(fragment: Fragment, translations: Sequence[str],
-           links: Sequence[Sequence[tuple[int, int]]]) -> str:
+           links: Sequence[Sequence[tuple[int, int]]],
+           kept: Sequence[tuple[str, ...]] = ()) -> str:
     """The fragment with each text replaced by its translation, tags placed by the links
-    (for text k: pairs (word of texts[k], word of translations[k]))."""
+    (for text k: pairs (word of texts[k], word of translations[k])); `kept[k]`: strings
+    of translation k that no tag may cut (its placeholders), none by default."""
     if not len(translations) == len(links) == len(fragment.texts):
         raise ValueError(f"{len(fragment.texts)} texts, but {len(translations)} "
                          f"translations and {len(links)} link lists")
     entities = dict(fragment.entities)
     return "".join(part if isinstance(part, str) else
-                   _render_run(part, translations[part.text], links[part.text], entities)
+                   _render_run(part, translations[part.text], links[part.text], entities,
+                               kept[part.text] if kept else ())
                    for part in fragment.parts)
 
 
 def clean(text: str) -> str:
-    """Control characters (NUL, escape, ...) as spaces: never part of a word."""
-    return "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in text)
+    """Control characters (NUL, escape, ...) as spaces: never part of a word. Those that
+    are whitespace (tab, line breaks) stay, so the whitespace around a text is written
+    back as it was."""
+    return "".join(" " if unicodedata.category(ch) == "Cc" and not ch.isspace() else ch
+                   for ch in text)
 
 
 def breaks(node: Node) -> bool:
@@ -236,11 +242,11 @@ def _pieces(marks: list[tuple[int, str, int]], words: list[tuple[int, int]],
 
 
 def _render_run(run: Run, translation: str, links: Sequence[tuple[int, int]],
-                entities: dict[str, str]) -> str:
+                entities: dict[str, str], kept: tuple[str, ...]) -> str:
     words = [(m.group(), translation[prev:m.start()]) for prev, m in _with_prev(translation)]
     spans = place(run.parents, run.word_owner, run.ranges, links, len(words))
     by_source = linked(links, run.n_words, len(words))
-    return write_run(run, words, spans, by_source, entities)
+    return write_run(run, words, spans, by_source, entities, kept)
 
 
 def _with_prev(text: str):

@@ -116,7 +116,9 @@ def finish(prepared: Prepared, translated: Sequence[Translated], options: Docume
             result = Translated(text, links, result.score)
         results.append(result)
     if prepared.unpacked is not None and prepared.unpacked.format == "html":
-        return [Translated(line) for line in repack(prepared.unpacked, results)]
+        kept = [tuple(p.text for p in plan.masked.placeholders) if plan.masked else ()
+                for plan in prepared.plans]  # no tag goes inside a placeholder
+        return [Translated(line) for line in repack(prepared.unpacked, results, kept)]
     return results
 
 

@@ -30,7 +30,9 @@ Bible model the two forms are compared in docs/benchmarks.md.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -45,6 +47,7 @@ class Rule:
     pattern: str
     default: bool  # on unless a user switches protection off
     marker: bool = False  # an accelerator marker, put back inside a word
+    parens: bool = False  # takes a ')', ']' or '}' that closes one it opened (wiki/Luz_(x))
 
 
 RULES: tuple[Rule, ...] = (
@@ -54,7 +57,8 @@ RULES: tuple[Rule, ...] = (
     Rule("brace", r"\{\{[\w.]*\}\}|\{\w*(?:[.\[][^{}\s]*)?(?:![rsa])?(?::[^{}\s]*)?\}", True),
     Rule("dollar", r"\$\([A-Za-z_]\w*\)|\$\{[A-Za-z_]\w*\}", True),
     Rule("percent_name", r"%[A-Z][A-Z0-9_]*%|%[A-Z][A-Z0-9_]{2,}", True),
-    Rule("url", rf"\b(?:https?|ftp)://[^\s<>\"]*{_END}|\bwww\.[^\s<>\"]*{_END}", True),
+    Rule("url", rf"\b(?:https?|ftp)://[^\s<>\"]*{_END}|\bwww\.[^\s<>\"]*{_END}", True,
+         parens=True),
     # bounded as addresses are (RFC 5321: a local part of 64 characters, labels of 63), so
     # that a long run of such characters without an @ costs linear, not quadratic, time
     Rule("email", r"\b[\w.%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,16}"
@@ -108,10 +112,23 @@ def protection(enabled: bool = True, add: tuple[str, ...] | list[str] = (),
 
 
 @lru_cache(maxsize=32)
-def _compiled(protection: Protection) -> tuple[tuple[re.Pattern[str], bool], ...]:
-    rules = [(re.compile(rule.pattern), rule.marker) for rule in RULES
+def _compiled(protection: Protection) -> tuple[tuple[re.Pattern[str], bool, bool], ...]:
+    rules = [(re.compile(rule.pattern), rule.marker, rule.parens) for rule in RULES
              if rule.name in protection.rules]
-    return tuple(rules + [(re.compile(p), False) for p in protection.patterns])
+    return tuple(rules + [(re.compile(p), False, False) for p in protection.patterns])
+
+
+_OPENING = {")": "(", "]": "[", "}": "{"}
+
+
+def _closed(text: str, start: int, end: int) -> int:
+    """The end of text[start:end] taken on over each ')', ']' or '}' after it that closes
+    one it opened (a URL does not end in punctuation, but may in a balanced bracket:
+    wiki/Luz_(física), users/{id})."""
+    while end < len(text) and text[end] in _OPENING and \
+            text.count(_OPENING[text[end]], start, end) > text.count(text[end], start, end):
+        end += 1
+    return end
 
 
 def find(text: str, protection: Protection) -> list[tuple[int, int, bool]]:
@@ -119,7 +136,8 @@ def find(text: str, protection: Protection) -> list[tuple[int, int, bool]]:
     overlapping (the longer of two that overlap; the first of two as long)."""
     if not protection.active:
         return []
-    found = [(m.start(), m.end(), marker) for pattern, marker in _compiled(protection)
+    found = [(m.start(), _closed(text, m.start(), m.end()) if parens else m.end(), marker)
+             for pattern, marker, parens in _compiled(protection)
              for m in pattern.finditer(text)
              if m.end() > m.start() and not any(c.isspace() for c in m.group())]
     found.sort(key=lambda span: (span[0], span[0] - span[1]))
@@ -161,11 +179,12 @@ def mask(line: str, protection: Protection) -> Masked | None:
         return None
     words = [(m.start(), m.end()) for m in re.finditer(r"\S+", line)]
     placeholders, pieces, at, word = [], [], 0, 0
+    tokens = _free_masks(line)
     for start, end, marker in spans:
         while words[word][1] <= start:
             word += 1
         first, last = words[word]
-        form = "" if marker or protection.mask == "drop" else f"X{len(placeholders)}"
+        form = "" if marker or protection.mask == "drop" else next(tokens)
         rest = line[first:start] + line[end:last]
         whole = not marker and not any(c.isalnum() for c in rest)
         placeholders.append(Placeholder(line[start:end], word, whole, start == first, marker,
@@ -180,6 +199,13 @@ def mask(line: str, protection: Protection) -> Masked | None:
                                                                for p in placeholders):
             kept.append(index)
     return Masked(text, tuple(placeholders), tuple(kept))
+
+
+def _free_masks(line: str) -> Iterator[str]:
+    """X0, X1, ... without those the line has in any case (a model name X1, a word
+    x10): restoring would take them for masks."""
+    lowered = line.lower()
+    return (f"X{k}" for k in itertools.count() if f"x{k}" not in lowered)
 
 
 # --------------------------------------------------------------------------- restoring

@@ -23,6 +23,9 @@ from mtkit.errors import ConfigError
 NO_SPACE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue",
                             "zho", "jpn", "tha", "lao", "khm", "mya", "bod"})
 INSTALL = "pip install 'mtkit[split]' (or: pip install sentencex)"
+# a tab (translate's column separator) and what str.splitlines and other readers take
+# for a line break: a gap between sentences holding one is joined as a space
+_SPACED = str.maketrans(dict.fromkeys("\t\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029", " "))
 _TRAILING_SPACE = re.compile(r"\s*\Z")
 
 
@@ -92,10 +95,11 @@ def join_translations(texts: list[str], pieces: list[Piece], tgt_lang: str | Non
     """The translations of a line's sentences as one line: each followed by the
     whitespace that followed its source sentence (none after the last, and none at all
     for a target written without spaces), as a line translated whole has no whitespace
-    at its ends. A tab becomes a space: translate's output columns are TAB-separated."""
+    at its ends. A tab becomes a space (translate's output columns are TAB-separated),
+    and so does a character a reader may take for a line break (CR, U+2028, ...)."""
     if no_space(tgt_lang):
         return "".join(text.strip() for text in texts)
-    kept = [(text.strip(), piece.gap.replace("\t", " "))
+    kept = [(text.strip(), piece.gap.translate(_SPACED))
             for text, piece in zip(texts, pieces, strict=True)]
     kept = [(text, gap) for text, gap in kept if text]
     return "".join(text + (gap if k < len(kept) - 1 else "")

@@ -66,8 +66,10 @@ def path(parents: tuple[int, ...], element: int) -> tuple[int, ...]:
 
 
 def write_run(run: Run, words: list[tuple[str, str]], spans: list[Interval],
-              by_source: list[list[int]], entities: dict[str, str]) -> str:
-    """The run's HTML: `words` are the translation's (word, whitespace before it)."""
+              by_source: list[list[int]], entities: dict[str, str],
+              kept: tuple[str, ...] = ()) -> str:
+    """The run's HTML: `words` are the translation's (word, whitespace before it); no tag
+    goes inside a string of `kept` (placeholders)."""
     n = len(words)
     innermost = [-1] * n
     for e, (start, end) in enumerate(spans):
@@ -99,7 +101,7 @@ def write_run(run: Run, words: list[tuple[str, str]], spans: list[Interval],
         tokens += sorted(gaps[g], key=lambda t: (_stage(t.path, before, after), t.offset))
         if g < n:
             tokens.append(g)
-    return _write(run, tokens, words, word_paths, entities)
+    return _write(run, tokens, words, word_paths, (entities, kept))
 
 
 def _wanted_gap(piece: Piece, by_source: list[list[int]], n_out: int) -> int:
@@ -155,7 +157,9 @@ def _stage(token_path: tuple[int, ...], before: tuple[int, ...], after: tuple[in
 
 
 def _write(run: Run, tokens: list[Token | int], words: list[tuple[str, str]],
-           word_paths: list[tuple[int, ...]], entities: dict[str, str]) -> str:
+           word_paths: list[tuple[int, ...]], how: tuple[dict[str, str], tuple[str, ...]]
+           ) -> str:
+    entities, kept = how
     out = [escape(run.lead, entities)]
     stack: tuple[int, ...] = ()
     previous: Token | int | None = None
@@ -166,28 +170,29 @@ def _write(run: Run, tokens: list[Token | int], words: list[tuple[str, str]],
         shared = 0
         while shared < min(len(stack), len(target)) and stack[shared] == target[shared]:
             shared += 1
-        _close(run, out, list(reversed(stack[shared:])), previous, written, entities)
+        _close(run, out, list(reversed(stack[shared:])), previous, written, how)
         space = _space(previous, token, words, spaced)
         out.append(escape(space, entities))
         spaced = spaced or bool(space)
         stack = target
         if isinstance(token, int):
-            written = _open_word(run, out, list(target[shared:]), words[token][0], entities)
+            written = _open_word(run, out, list(target[shared:]), words[token][0], how)
             spaced = False
         else:
             out += [run.starts[e] for e in target[shared:]] + [token.text]
         previous = token
-    _close(run, out, list(reversed(stack)), previous, written, entities)
+    _close(run, out, list(reversed(stack)), previous, written, how)
     out.append(escape(run.trail, entities))
     return "".join(out)
 
 
 def _open_word(run: Run, out: list[str], opening: list[int], word: str,
-               entities: dict[str, str]) -> str:
+               how: tuple[dict[str, str], tuple[str, ...]]) -> str:
     """Open `opening` (outermost first) and write the word; its leading punctuation goes
     before the tags of the innermost elements whose source text did not start with
     punctuation (`¿<b>Quién</b>`), inside the others (`<b>¿Quién</b>`)."""
-    lead = _punctuation_run(word)
+    entities, kept = how
+    lead = word[:_uncut(word, len(_punctuation_run(word)), kept, False)]
     inner = len(opening)
     while lead and inner > 0 and not run.edges[opening[inner - 1]][0]:
         inner -= 1
@@ -198,11 +203,13 @@ def _open_word(run: Run, out: list[str], opening: list[int], word: str,
 
 
 def _close(run: Run, out: list[str], closing: list[int], previous: Token | int | None,
-           written: str, entities: dict[str, str]) -> None:
+           written: str, how: tuple[dict[str, str], tuple[str, ...]]) -> None:
     """Close `closing` (innermost first) after what was written last; a word's trailing
     punctuation goes after the end tags of the innermost elements whose source text did
     not end with punctuation (`<a>luz</a>.`)."""
+    entities, kept = how
     trail = _punctuation_run(written[::-1])[::-1] if isinstance(previous, int) else ""
+    trail = written[_uncut(written, len(written) - len(trail), kept, True):]
     count = 0
     while trail and count < len(closing) and not run.edges[closing[count]][1]:
         count += 1
@@ -210,6 +217,21 @@ def _close(run: Run, out: list[str], closing: list[int], previous: Token | int |
         out[-1] = escape(written[:len(written) - len(trail)], entities)
         out += [run.ends[e] for e in closing[:count]] + [escape(trail, entities)]
     out += [run.ends[e] for e in closing[count:]]
+
+
+def _uncut(word: str, cut: int, kept: tuple[str, ...], onwards: bool) -> int:
+    """`cut`, or where it goes so as not to split a kept string of the word: to the
+    string's start, or (`onwards`) to its end."""
+    moved = True
+    while moved:
+        moved = False
+        for string in kept:
+            at = word.find(string)
+            while at >= 0:
+                if at < cut < at + len(string):
+                    cut, moved = (at + len(string) if onwards else at), True
+                at = word.find(string, at + 1)
+    return cut
 
 
 def is_punctuation(ch: str) -> bool:

@@ -57,15 +57,27 @@ def make_metric(
         except (RuntimeError, ImportError) as exc:
             # ja-mecab / ko-mecab / spm need optional packages; sacrebleu says which.
             detail = " ".join(str(exc).split())
+            raise ConfigError(f"{_tokenizer_named(tokenize, tgt_lang)} is unavailable: "
+                              f"{detail} (or choose another tokenizer, e.g. char)") from None
+        except OSError as exc:
+            # the flores/spm tokenizers download their SentencePiece model on first use
             raise ConfigError(
-                f"BLEU tokenizer for target language {tgt_lang!r} is unavailable: {detail} "
-                "(or choose another tokenizer, e.g. char)"
-            ) from None
+                f"{_tokenizer_named(tokenize, tgt_lang)} is unavailable: sacrebleu could not "
+                f"download its SentencePiece model ({' '.join(str(exc).split())}); run once "
+                "with network access (sacrebleu keeps it in $SACREBLEU, ~/.sacrebleu by "
+                "default), or choose another tokenizer, e.g. char") from None
     if key == "chrf":
         return CHRF(lowercase=chrf_lowercase)
     if key == "ter":
         return TER(case_sensitive=ter_case_sensitive)
     raise ConfigError(f"unknown metric {name!r}; choose from {', '.join(METRICS)}")
+
+
+def _tokenizer_named(tokenize: str | None, tgt_lang: str | None) -> str:
+    """The BLEU tokenizer a user asked for, in words, for an error message."""
+    if tokenize is not None:
+        return f"BLEU tokenizer {tokenize!r}"
+    return f"BLEU tokenizer for target language {tgt_lang!r}"
 
 
 def check_streams(

@@ -14,7 +14,7 @@ from typing import Any
 
 from mtkit.errors import ConfigError
 from mtkit.evaluate.metrics import compare_systems, corpus_scores
-from mtkit.files.textio import read_lines
+from mtkit.files.textio import read_lines, stream_lines
 
 METRICS = ("bleu", "chrf", "ter")
 
@@ -38,6 +38,7 @@ def score_report(request: ScoreRequest) -> str:
     """What `mtkit score` prints: one line per metric (sacrebleu's), one row per system
     and metric for a comparison, or the same as JSON."""
     names = _metric_names(request.metrics)
+    _check_comparison(request)
     refs = [list(read_lines(r)) for r in request.refs]
     ref_names = [str(r) for r in request.refs]
     options: dict[str, Any] = {"tokenize": request.tokenize, "lowercase": request.lowercase,
@@ -59,6 +60,18 @@ def score_report(request: ScoreRequest) -> str:
     return "".join(f"{s.text}\n" for s in results)
 
 
+def _check_comparison(request: ScoreRequest) -> None:
+    """A comparison is of its --system files alone, two or more; --paired-ar is one."""
+    if request.systems and request.hyp is not None:
+        raise ConfigError(f"--input {request.hyp}: not with --system (a comparison scores its "
+                          "systems alone); give it as a --system, the first for the baseline")
+    if len(request.systems) == 1:
+        raise ConfigError(f"--system {request.systems[0]}: give two or more to compare (the "
+                          "first is the baseline); score one file with --input")
+    if request.paired_ar and not request.systems:
+        raise ConfigError("--paired-ar: a test between --system files; give two or more")
+
+
 def _metric_names(metrics: str) -> tuple[str, ...]:
     names = tuple(m.strip().lower() for m in metrics.split(",") if m.strip())
     for name in names:
@@ -71,16 +84,7 @@ def _metric_names(metrics: str) -> tuple[str, ...]:
 
 
 def _stdin_lines() -> list[str]:
-    data = sys.stdin.buffer.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"<stdin>:{line}: invalid UTF-8 in the hypotheses") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
+    return list(stream_lines(sys.stdin.buffer, "<stdin>"))  # as a file's lines are read
 
 
 def _rows_text(rows: list[dict[str, Any]], as_json: bool) -> str:

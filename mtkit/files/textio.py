@@ -46,7 +46,15 @@ def read_lines(path: Path) -> Iterator[str]:
             raise DataError(f"{path}: cannot read: {exc}") from None
 
 
-def _decode_line(raw: bytes, path: Path, number: int) -> str:
+def stream_lines(stream: IO[bytes], name: str) -> Iterator[str]:
+    """The lines of a binary stream (stdin) as `read_lines` gives a file's: a CR before
+    the newline and a first line's byte-order mark dropped, bad UTF-8 a DataError
+    naming `name` and the line."""
+    for number, raw in enumerate(stream, start=1):
+        yield _decode_line(raw, name, number)
+
+
+def _decode_line(raw: bytes, path: Path | str, number: int) -> str:
     if raw.endswith(b"\r\n"):
         raw = raw[:-2]
     elif raw.endswith(b"\n"):

@@ -63,3 +63,15 @@ def test_samples_repeat_and_prefixes_start_the_output(tmp_path, mtkit_cli):
                       cwd=tmp_path, input=b"a b\n" * (COUNT + 1))  # stdin: one line too many
     assert short.returncode == 2, short.stderr
     assert f"--prefix prefix.txt has {COUNT} lines, stdin more" in short.stderr
+
+
+def test_invalid_utf8_in_a_prefix_file_is_warned_with_its_lines(tmp_path, mtkit_inprocess):
+    """The prefix file is read as the input is: bad bytes replaced and said, naming the
+    file, not forced silently as unknown pieces."""
+    lines = [b"a \xff b", b""] + [b"a"] * (COUNT - 2)
+    (tmp_path / "prefix.txt").write_bytes(b"\n".join(lines) + b"\n")
+    result = mtkit_inprocess(["translate", "-m", MODEL, "-i", SOURCE, "--prefix",
+                              "prefix.txt"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == COUNT
+    assert "--prefix prefix.txt: 1 lines had invalid UTF-8 (first: line 1)" in result.stderr

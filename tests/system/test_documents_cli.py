@@ -118,6 +118,9 @@ def test_bad_document_options_are_one_line_errors(reverse_model, tmp_path, mtkit
                  "--protect dates: not a placeholder rule")
     expect_error(mtkit_inprocess([*base, "--split", "--scores"], tmp_path),
                  "--split: not with --scores")
+    for added in (["--protect", "number"], ["--protect-regex", "ID-[0-9]+"]):
+        expect_error(mtkit_inprocess([*base, "--no-protect", *added], tmp_path),
+                     f"--no-protect: not with {added[0]}")
     expect_error(mtkit_inprocess([*base, "--split", "--beam", "2", "--nbest", "2"], tmp_path),
                  "--split", "--nbest")
     from mtkit.document import split

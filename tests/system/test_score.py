@@ -3,6 +3,7 @@ command-line tool, each run in a subprocess as a user would."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -190,3 +191,65 @@ def test_dash_reads_the_hypotheses_from_stdin(tmp_path, mtkit_cli):
                         input=Path(hyp).read_bytes())
     assert by_dash.returncode == 0, by_dash.stderr
     assert by_dash.stdout == by_file.stdout != ""
+
+
+def test_a_tokenizer_whose_model_cannot_be_downloaded_is_named(tmp_path, monkeypatch,
+                                                                mtkit_inprocess, expect_error):
+    """flores200 downloads its SentencePiece model on first use: offline, the error names
+    the tokenizer and the download, not a bare '<urlopen error ...>'."""
+    import urllib.error
+
+    import sacrebleu.tokenizers.tokenizer_spm as spm
+
+    def offline(url: str, path: str) -> None:
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(spm, "SACREBLEU_DIR", str(tmp_path / "sacrebleu"))
+    monkeypatch.setattr(spm, "download_file", offline)
+    hyp = write_lines(tmp_path / "hyp.txt", HYPS)
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    result = mtkit_inprocess(["score", "-r", ref, "-i", hyp, "--tokenize", "flores200"],
+                             tmp_path)
+    expect_error(result, "BLEU tokenizer 'flores200' is unavailable",
+                 "could not download its SentencePiece model", "Name or service not known")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("MeCab") is not None,
+                    reason="sacrebleu's Japanese tokenizer is installed")
+def test_a_tokenizer_without_its_package_is_named(tmp_path, mtkit_inprocess, expect_error):
+    hyp = write_lines(tmp_path / "hyp.txt", HYPS)
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    result = mtkit_inprocess(["score", "-r", ref, "-i", hyp, "--tokenize", "ja-mecab"],
+                             tmp_path)
+    error = expect_error(result, "BLEU tokenizer 'ja-mecab' is unavailable",
+                         "pip install sacrebleu[ja]")
+    assert "None" not in error
+
+
+def test_stdin_is_read_as_a_file_is(tmp_path, mtkit_cli):
+    """A byte-order mark and CRLF endings score the same through `-i FILE` and `< FILE`."""
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_bytes(b"\xef\xbb\xbf" + "".join(h + "\r\n" for h in HYPS).encode("utf-8"))
+    args = ["score", "-r", ref, "--metrics", "bleu,chrf,ter"]
+    by_file = mtkit_cli([*args, "-i", hyp], cwd=tmp_path)
+    by_stdin = mtkit_cli(args, cwd=tmp_path, input=hyp.read_bytes())
+    plain = mtkit_cli([*args, "-i", write_lines(tmp_path / "plain.txt", HYPS)], cwd=tmp_path)
+    assert by_stdin.returncode == 0, by_stdin.stderr
+    assert by_stdin.stdout == by_file.stdout == plain.stdout != ""
+
+
+@pytest.mark.parametrize(("options", "needles"), [
+    (["-i", "hyp.txt", "-s", "a.txt", "-s", "b.txt"], ["--input hyp.txt", "not with --system"]),
+    (["-s", "a.txt"], ["--system", "two or more"]),
+    (["-i", "hyp.txt", "--paired-ar"], ["--paired-ar", "--system"]),
+])
+def test_a_comparison_takes_its_systems_only(options, needles, tmp_path, mtkit_inprocess,
+                                             expect_error):
+    """`-i` beside `-s` was left out of the comparison without a word; one system has
+    nothing to be compared with; --paired-ar without systems tested nothing."""
+    for name in ("hyp.txt", "a.txt", "b.txt"):
+        write_lines(tmp_path / name, HYPS)
+    ref = write_lines(tmp_path / "ref.txt", REF1)
+    result = mtkit_inprocess(["score", "-r", ref, *options], tmp_path)
+    expect_error(result, *needles)

@@ -127,3 +127,22 @@ def test_the_server_scores_as_score_pairs(server, pairs, expected):
 def test_bad_score_requests_get_a_json_error(server, body, status, needle):
     found, answer = server.post("/v1/score", body)
     assert found == status and needle in answer["error"], answer
+
+
+def test_a_pipe_is_scored_as_its_file(tmp_path, mtkit_cli):
+    """`--tgt <(...)` or /dev/stdin: a pipe can be read once only, so it is not counted
+    first (the count used to consume it: '--tgt /dev/stdin 0' lines)."""
+    model = DATA / "run-v1" / "runs" / "old" / "model.pt"
+    source = DATA / "run-v1" / "data" / "test.src"
+    lines = source.read_text(encoding="utf-8").splitlines()
+    (tmp_path / "tgt.txt").write_text("".join(line[::-1] + "\n" for line in lines),
+                                      encoding="utf-8")
+    args = ["score-pairs", "-m", model, "--src", source, "--quiet"]
+    by_file = mtkit_cli([*args, "--tgt", "tgt.txt"], cwd=tmp_path)
+    by_pipe = mtkit_cli([*args, "--tgt", "/dev/stdin"], cwd=tmp_path,
+                        input=(tmp_path / "tgt.txt").read_bytes())
+    assert by_pipe.returncode == 0, by_pipe.stderr
+    assert by_pipe.stdout == by_file.stdout != ""
+    short = mtkit_cli([*args, "--tgt", "/dev/stdin"], cwd=tmp_path, input="a\nb\n")
+    assert short.returncode == 2 and "Traceback" not in short.stderr
+    assert f"--src {source} and --tgt /dev/stdin differ in length" in short.stderr

@@ -65,6 +65,16 @@ def test_joining_keeps_the_gaps_between_sentences_and_none_for_zh_ja_th():
         assert join_translations(["你好。", "谢谢。", "好"], pieces, lang) == "你好。谢谢。好"
 
 
+@pytest.mark.parametrize("gap", ["\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_a_gap_that_breaks_lines_is_joined_as_a_space(gap):
+    """A line's sentences separated by a CR or another character that some readers take
+    for a line break: the joined translation is still one line to any of them."""
+    pieces = [Piece("A.", gap + " "), Piece("B.", "")]
+    joined = join_translations(["X.", "Y."], pieces, "en")
+    assert joined == "X.  Y."
+    assert len(joined.splitlines()) == 1
+
+
 # --------------------------------------------------------------------------- finding
 
 
@@ -75,6 +85,14 @@ def test_joining_keeps_the_gaps_between_sentences_and_none_for_zh_ja_th():
     ("Bienvenido a %PRODUCTNAME y %NAME%.", ["%PRODUCTNAME", "%NAME%"]),
     ("Vea https://ex.org/a?b=1. O www.ex.org, o ana.b@ex.co.uk!",
      ["https://ex.org/a?b=1", "www.ex.org", "ana.b@ex.co.uk"]),
+    # a URL keeps the parentheses it opens and closes, not one around it
+    ("Lee https://es.wikipedia.org/wiki/Luz_(física). (Ver www.ex.org/a_(b)_c)",
+     ["https://es.wikipedia.org/wiki/Luz_(física)", "www.ex.org/a_(b)_c"]),
+    ("(https://ex.org/a) y https://ex.org/q?(1)", ["https://ex.org/a", "https://ex.org/q?(1)"]),
+    ("https://ex.org/a(b " + "(c)" * 3000, ["https://ex.org/a(b"]),
+    # and the brace or bracket that closes one, as in a URL template
+    ("Visita https://ex.org/users/{id}. [https://ex.org/?q={0}&r=[1]]",
+     ["https://ex.org/users/{id}", "https://ex.org/?q={0}&r=[1]"]),
     ("Un 50% de descuento, 3 veces", []),  # no printf in "50% de"; numbers: off
     ("A first.last+tag@mail.example.co.uk (--jo@x.org)",
      ["first.last+tag@mail.example.co.uk", "jo@x.org"]),
@@ -154,6 +172,17 @@ def test_restoring_puts_each_placeholder_back_exactly_as_often(form):
             assert text.count(placeholder) == expected, (line, masked.text, out, text)
         assert all(0 <= j < len(text.split()) for _, j in new_links)
         assert all(0 <= i < len(line.split()) for i, _ in new_links)
+
+
+@pytest.mark.parametrize("line", ["Pulsa X0 y %s", "El modelo x1 y X0b abre %s y {0}"])
+def test_a_token_mask_never_is_a_word_the_line_already_has(line):
+    """A line that writes X0 itself (a product, a model name) keeps it: the masks are
+    numbered past what the line has, so restoring does not take its X0 for a mask."""
+    masked = mask(line, protection(mask="token"))
+    assert all(p.mask.lower() not in line.lower() for p in masked.placeholders)
+    words = line.split()
+    text, _ = restore(masked, masked.text, tuple((i, i) for i in range(len(words))))
+    assert text == line
 
 
 def test_a_lost_placeholder_goes_next_to_its_aligned_neighbour():

@@ -257,6 +257,19 @@ def test_entities_and_nbsp_come_back_as_written() -> None:
     assert output == "<p>a&lt;b &copy; &amp; c</p>"
 
 
+@pytest.mark.parametrize(("html", "expected"), [
+    ("<p>\r\n  Hola\r\n</p>", "<p>\r\n  Hello there\r\n</p>"),
+    ("<li>\n\t<b>Hola</b> mundo\n</li>", "<li>\n\t<b>Hello</b> there\n</li>"),
+    ("<p>\tHola\t</p>", "<p>\tHello there\t</p>"),
+    ("<p>&#9;Hola</p>", "<p>&#9;Hello there</p>"),
+])
+def test_whitespace_around_a_text_comes_back_as_it_was(html: str, expected: str) -> None:
+    """A page's line breaks and tabs around a text are kept (a whole-file page keeps its
+    layout); inside it, one space separates words."""
+    assert round_trip(html) == html
+    assert render(parse_fragment(html), ["Hello there"], [[(0, 0), (1, 1)]]) == expected
+
+
 def test_render_needs_one_translation_per_text() -> None:
     with pytest.raises(ValueError, match="2 texts"):
         render(parse_fragment("<p>a</p><p>b</p>"), ["x"], [[]])
@@ -303,3 +316,25 @@ def test_the_order_of_work_takes_html_apart_first_and_puts_it_back_last() -> Non
                   options)
     assert [d.text for d in done] == ["<p>Open <b>%s files</b></p><p>Bye</p>", "<br>",
                                       "<i>hello</i>"]
+
+
+@pytest.mark.parametrize(("line", "translation", "expected"), [
+    ("<p>{0}<b>dijo</b></p>", "", "<p><b>{0}</b></p>"),  # the model dropped the word
+    ("<p>%s<b>dijo</b></p>", "", "<p><b>%s</b></p>"),
+])
+def test_a_tag_never_cuts_a_placeholder(line: str, translation: str, expected: str) -> None:
+    """Punctuation at a word's edge goes outside a tag, but not the punctuation of a
+    placeholder: '{<b>0</b>}' would be no {0} to a program filling it in."""
+    from mtkit.document.pipeline import DocumentOptions, Translated, finish, prepare
+
+    options = DocumentOptions(format="html")
+    prepared = prepare([line], options)
+    links = tuple((0, j) for j in range(len(translation.split())))
+    done = finish(prepared, [Translated(translation, links)], options)
+    assert done[0].text == expected
+
+
+def test_only_the_punctuation_outside_a_kept_string_leaves_the_tag() -> None:
+    fragment = parse_fragment("<p>(<b>dijo</b>)</p>")
+    assert render(fragment, ["(%s)"], [[(0, 0)]]) == "<p>(%<b>s</b>)</p>"
+    assert render(fragment, ["(%s)"], [[(0, 0)]], [("%s",)]) == "<p>(<b>%s</b>)</p>"

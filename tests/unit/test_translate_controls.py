@@ -15,6 +15,7 @@ from mtkit.decode.engine import TorchEngine
 from mtkit.decode.search import Hypothesis
 from mtkit.decode.stream import Prefixes
 from mtkit.decode.translate import Translator
+from mtkit.document.pipeline import DocumentOptions
 from mtkit.errors import ConfigError
 
 LINES = ["a b", "", "c", "d d a", "b", "a", "c c c", "d"]
@@ -41,6 +42,57 @@ def test_prefixes_start_the_translations_and_empty_lines_stay_empty():
     assert Translator(engine, DecodeConfig(beam=1)).translate("a b", prefixes="c d") == "c d"
     with pytest.raises(ConfigError, match="2 prefixes for 8 lines"):
         translator().search(LINES, prefixes=["a", "b"])
+
+
+@pytest.mark.parametrize("call", ["translate", "translate_aligned", "search"])
+def test_one_string_of_prefixes_for_a_list_of_lines_is_refused(call):
+    """A string as long as the list is not one prefix per character: each line would be
+    forced to start with one letter of it, silently."""
+    lines = ["a b", "c"]
+    with pytest.raises(ConfigError, match="prefixes: give a list"):
+        getattr(translator(beam=1), call)(lines, prefixes="ab")
+
+
+class DottedTokenizer(LetterTokenizer):
+    """Sentences for the splitter: each word is its first letter's token (Abe: a), and
+    any token sampled is written as its id."""
+
+    def encode_src(self, lines: list[str]) -> list[list[int]]:
+        return [[self.ids[word[0].lower()] for word in line.split()] for line in lines]
+
+    encode_tgt = encode_src
+
+    def decode_tgt(self, sequences: list[list[int]]) -> list[str]:
+        return [" ".join(str(token) for token in seq) for seq in sequences]  # any token
+
+
+def test_split_lines_fed_in_pieces_are_numbered_as_one_input():
+    """Lines are numbered by the lines translated so far, not by their sentences: a
+    translator fed a file in pieces draws the samples of one fed it whole."""
+    lines = ["Abe bo. Cid do.", "Cid.", "Dan ab. Bo.", "Abe."]
+
+    def sampler() -> tuple[Translator, list[list[int]]]:
+        engine = TorchEngine([ScriptedModel(random_probs(31))], DottedTokenizer(),
+                             recipe_from_dict(raw_recipe("a", "b")), "cpu")
+        chosen = Translator(engine, DecodeConfig(sampling=Sampling.parse("full"), seed=4))
+        chosen.document = DocumentOptions(split=True)
+        numbers: list[list[int]] = []
+        search = engine.search
+
+        def recorded(*args, lines=None, **kwargs):
+            numbers.append(list(lines))
+            return search(*args, lines=lines, **kwargs)
+
+        engine.search = recorded
+        return chosen, numbers
+
+    whole, whole_numbers = sampler()
+    expected = whole.translate(lines)
+    parts, part_numbers = sampler()
+    assert parts.translate(lines[:1]) + parts.translate(lines[1:3]) + \
+        parts.translate(lines[3:]) == expected
+    assert sorted(sum(part_numbers, [])) == sorted(sum(whole_numbers, [])) == \
+        [0, 0, 1, 2, 2, 3]
 
 
 def test_samples_are_the_same_whatever_the_batching():
