@@ -65,6 +65,10 @@ def _check_comparison(request: ScoreRequest) -> None:
     if request.systems and request.hyp is not None:
         raise ConfigError(f"--input {request.hyp}: not with --system (a comparison scores its "
                           "systems alone); give it as a --system, the first for the baseline")
+    repeated = next((s for k, s in enumerate(request.systems) if s in request.systems[:k]),
+                    None)
+    if repeated is not None:  # (rows are named by file: one would hide the other)
+        raise ConfigError(f"--system {repeated}: given twice; give each system once")
     if len(request.systems) == 1:
         raise ConfigError(f"--system {request.systems[0]}: give two or more to compare (the "
                           "first is the baseline); score one file with --input")

@@ -243,11 +243,13 @@ def test_stdin_is_read_as_a_file_is(tmp_path, mtkit_cli):
     (["-i", "hyp.txt", "-s", "a.txt", "-s", "b.txt"], ["--input hyp.txt", "not with --system"]),
     (["-s", "a.txt"], ["--system", "two or more"]),
     (["-i", "hyp.txt", "--paired-ar"], ["--paired-ar", "--system"]),
+    (["-s", "a.txt", "-s", "b.txt", "-s", "a.txt"], ["--system a.txt", "given twice"]),
 ])
 def test_a_comparison_takes_its_systems_only(options, needles, tmp_path, mtkit_inprocess,
                                              expect_error):
     """`-i` beside `-s` was left out of the comparison without a word; one system has
-    nothing to be compared with; --paired-ar without systems tested nothing."""
+    nothing to be compared with; --paired-ar without systems tested nothing; a file given
+    twice showed one row."""
     for name in ("hyp.txt", "a.txt", "b.txt"):
         write_lines(tmp_path / name, HYPS)
     ref = write_lines(tmp_path / "ref.txt", REF1)
