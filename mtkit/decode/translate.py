@@ -24,6 +24,7 @@ from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
 from mtkit.decode.scoring import PairScore, score_texts
 from mtkit.decode.search import Hypothesis
+from mtkit.decode.texts import checked_lines, checked_texts
 from mtkit.document.formats import check_format
 from mtkit.document.pipeline import DocumentOptions, Translated, finish, prepare
 from mtkit.document.placeholders import protection
@@ -201,6 +202,7 @@ class Translator:
         if isinstance(lines, str):
             return self.translate([lines], None if prefixes is None else [prefixes],
                                   src_lang, tgt_lang, format)[0]
+        lines, prefixes = checked_lines(lines, prefixes)
         format = self.checked_format(format, prefixes)
         if format != "text" or self.documents_apply(prefixes):
             return [r.text for r in self.translate_documents(
@@ -226,6 +228,7 @@ class Translator:
             return self.translate_aligned([lines], unit,
                                           None if prefixes is None else [prefixes],
                                           src_lang, tgt_lang)[0]
+        lines, prefixes = checked_lines(lines, prefixes)
         if self.checked_format(None, prefixes) != "text":
             raise ConfigError("translate_aligned: HTML comes back with its tags, not links; "
                               "use translate, or document.format text")
@@ -261,6 +264,7 @@ class Translator:
         whitespace words. A line with nothing to split or protect costs one search, as in
         `translate`; a sentence is numbered (`search`'s `numbers`) by its line. An HTML
         line (`format` html) comes back as HTML, without links."""
+        lines = checked_texts(lines, "lines")
         options = dataclasses.replace(
             self.document, links=links or self.document.links,
             src_lang=src_lang or self.document.src_lang,
@@ -319,11 +323,9 @@ class Translator:
         `first_line` on (default: the lines translated so far). A multilingual model's
         target language token leads each hypothesis (forced, before the prefix)."""
         tokenizer = _pair_tokenizer(self.tokenizer, src_lang, tgt_lang)
+        lines, prefixes = checked_lines(lines, prefixes)
         first_line = self.lines_done if first_line is None else first_line
         numbers = range(first_line, first_line + len(lines)) if numbers is None else numbers
-        if isinstance(prefixes, str):  # not one prefix per character
-            raise ConfigError("prefixes: give a list of strings, one per line (one string is "
-                              "the prefix of one string of text)")
         for given, what in ((prefixes, "prefixes"), (numbers, "line numbers")):
             if given is not None and len(given) != len(lines):
                 raise ConfigError(f"{len(given)} {what} for {len(lines)} lines: give one per "
@@ -366,7 +368,8 @@ class Translator:
         scores `scoring.UNSCORED` (-inf) instead."""
         if isinstance(sources, str) and isinstance(targets, str):
             return self.score([sources], [targets], first_line, names, skip_long)[0]
-        if isinstance(sources, str) or isinstance(targets, str) or len(sources) != len(targets):
+        sources, targets = checked_texts(sources, names[0]), checked_texts(targets, names[1])
+        if len(sources) != len(targets):
             raise ConfigError("Translator.score: give as many targets as sources (two "
                               "strings, or two lists of one length)")
         return score_texts(self.engine, self.tokenizer, (sources, targets), self.max_tokens,

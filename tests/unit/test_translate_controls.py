@@ -49,8 +49,33 @@ def test_one_string_of_prefixes_for_a_list_of_lines_is_refused(call):
     """A string as long as the list is not one prefix per character: each line would be
     forced to start with one letter of it, silently."""
     lines = ["a b", "c"]
-    with pytest.raises(ConfigError, match="prefixes: give a list"):
+    with pytest.raises(ConfigError, match="prefixes: one string where a list"):
         getattr(translator(beam=1), call)(lines, prefixes="ab")
+
+
+@pytest.mark.parametrize(("call", "args", "message"), [
+    ("translate", ([None],), r"lines\[0\]: NoneType None, not a string"),
+    ("translate", (["a", 1],), r"lines\[1\]: int 1, not a string"),
+    ("translate", (b"a b",), "lines: bytes; give text"),
+    ("translate", (7,), "lines: int, not a list of strings"),
+    ("translate_aligned", ([b"a"],), r"lines\[0\]: bytes"),
+    ("translate_documents", (["a", None],), r"lines\[1\]: NoneType"),
+    ("search", (["a"], None, [3]), r"prefixes\[0\]: int 3"),
+    ("score", (["a"], [None]), r"target\[0\]: NoneType"),
+    ("score", ("a", ["b"]), "source: one string where a list"),
+])
+def test_what_is_not_a_list_of_strings_is_a_config_error(call, args, message):
+    """The Python API's inputs are checked where they come in: an int or None in the list
+    failed deep in the tokenizer (a TypeError naming no line)."""
+    with pytest.raises(ConfigError, match=message):
+        getattr(translator(beam=1), call)(*args)
+
+
+def test_any_iterable_of_strings_is_taken():
+    lines = ["a b", "", "c"]
+    expected = translator(beam=1).search(lines)
+    assert translator(beam=1).search(line for line in lines) == expected
+    assert translator(beam=1).search(tuple(lines)) == expected
 
 
 class DottedTokenizer(LetterTokenizer):
