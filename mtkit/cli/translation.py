@@ -161,9 +161,9 @@ def translate(
 def score_pairs(
     models: list[Path] = ModelsOpt,
     src_file: Path = typer.Option(..., "--src", metavar="FILE",
-                                  help="Source lines (plain or .gz)."),
+                                  help="Source lines (plain or .gz; -: stdin)."),
     tgt_file: Path = typer.Option(..., "--tgt", metavar="FILE",
-                                  help="Their translations, one per source line."),
+                                  help="Their translations, one per source line (-: stdin)."),
     output_file: Path | None = OutputOpt,
     tag: str | None = TagOpt,
     max_tokens: int = typer.Option(4096, "--max-tokens", metavar="N", min=1,
@@ -181,6 +181,9 @@ def score_pairs(
     target given the source and that divided by its tokens (EOS counted), TAB-separated."""
     from mtkit.decode.score_job import ScoreJob, score_job
 
+    if str(src_file) == str(tgt_file) == "-":
+        raise ConfigError("--src - and --tgt -: only one side can be read from stdin")
+    src_file, tgt_file = (Path("/dev/stdin") if str(p) == "-" else p for p in (src_file, tgt_file))
     job = ScoreJob(models=tuple(models), src_file=src_file, tgt_file=tgt_file,
                    output_file=std_stream(output_file), tag=tag, max_tokens=max_tokens,
                    device=device, threads=threads, quantize=quantize, engine=engine,

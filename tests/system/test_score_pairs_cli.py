@@ -139,10 +139,13 @@ def test_a_pipe_is_scored_as_its_file(tmp_path, mtkit_cli):
                                       encoding="utf-8")
     args = ["score-pairs", "-m", model, "--src", source, "--quiet"]
     by_file = mtkit_cli([*args, "--tgt", "tgt.txt"], cwd=tmp_path)
-    by_pipe = mtkit_cli([*args, "--tgt", "/dev/stdin"], cwd=tmp_path,
-                        input=(tmp_path / "tgt.txt").read_bytes())
-    assert by_pipe.returncode == 0, by_pipe.stderr
-    assert by_pipe.stdout == by_file.stdout != ""
+    for stdin in ("/dev/stdin", "-"):
+        by_pipe = mtkit_cli([*args, "--tgt", stdin], cwd=tmp_path,
+                            input=(tmp_path / "tgt.txt").read_bytes())
+        assert by_pipe.returncode == 0, by_pipe.stderr
+        assert by_pipe.stdout == by_file.stdout != ""
+    both = mtkit_cli(["score-pairs", "-m", model, "--src", "-", "--tgt", "-"], cwd=tmp_path)
+    assert both.returncode == 2 and "only one side" in both.stderr
     short = mtkit_cli([*args, "--tgt", "/dev/stdin"], cwd=tmp_path, input="a\nb\n")
     assert short.returncode == 2 and "Traceback" not in short.stderr
     assert f"--src {source} and --tgt /dev/stdin differ in length" in short.stderr
