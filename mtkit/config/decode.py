@@ -56,7 +56,8 @@ class DecodeConfig:
         "translations (needs sentencex: the split extra); docs/guides/documents.md"))
     protect: bool = field(default=True, metadata=doc(
         "keep placeholders (printf, brace, $(NAME), %NAME%, URLs, e-mail addresses) from "
-        "the model and put them back as they were"))
+        "the model and put them back as they were; false switches every rule off, "
+        "protect_rules and protect_regex included"))
     protect_rules: tuple[str, ...] = field(default=(), metadata=doc(
         "placeholder rules to switch on beyond those: number, accelerator (or all)"))
     protect_regex: tuple[str, ...] = field(default=(), metadata=doc(
