@@ -193,8 +193,9 @@ class Translator:
     def translate(self, lines: str | Sequence[str], prefixes: str | Sequence[str] | None = None,
                   src_lang: str | None = None, tgt_lang: str | None = None,
                   format: str | None = None) -> str | list[str]:
-        """The best translation of each line, one output per input line; for one string,
-        its translation (a string with line breaks is one line here, as in a request).
+        """The translation of each line (the beam's best, or with sampling the first sample
+        drawn), one output per input line; for one string, its translation (a string with
+        line breaks is one line here, as in a request).
         `prefixes`: the start each translation must have, one per line ("" for none).
         `src_lang`, `tgt_lang`: a multilingual model's pair for this call (None: the
         translator's). `format`: "html" for lines that are HTML fragments (None:
