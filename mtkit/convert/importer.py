@@ -33,6 +33,10 @@ def import_model(model_dir: Path, out_path: Path, force: bool = False,
 def read_model(model_dir: Path, src_lang: str | None = None,
                tgt_lang: str | None = None) -> Bundle:
     """The bundle the directory describes; CheckpointError naming what is wrong."""
+    if (model_dir / "mtkit.json").is_file():  # decode.ct2.MARKER (a room beside this one)
+        raise ConfigError(f"{model_dir}: a CTranslate2 export (mtkit export's), not a "
+                          "Hugging Face model; translate with it as it is, or import the "
+                          "model it came from")
     kind = model_config(model_dir).get("model_type")
     if kind == "m2m_100" or (isinstance(kind, str) and "nllb" in kind):
         return read_m2m(model_dir, src_lang, tgt_lang)  # (refuses nllb-moe by name)

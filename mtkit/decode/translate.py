@@ -432,9 +432,9 @@ def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str] | None, todo: 
 
 
 def model_file(path: Path) -> Path:
-    """The file to load for a `-m` path: a run directory's model.pt; a model file or an
-    export directory as it is (the engine's loader words the errors of those)."""
-    if not path.is_dir() or is_exported_model(path):
+    """The file to load for a `-m` path: a run directory's model.pt; a model file, an
+    export or a Hugging Face directory as it is (the loader words the errors of those)."""
+    if not path.is_dir() or is_exported_model(path) or (path / "config.json").is_file():
         return path
     model = path / "model.pt"
     if model.is_file():

@@ -245,6 +245,9 @@ def _not_a_model_file(path: Path) -> str:
     if (path / "mtkit.json").is_file():  # ct2.MARKER (ct2 imports this module)
         return (f"{path}: is a CTranslate2 export directory, expected an mtkit model file "
                 "(give the model it was exported from, or translate it with --engine auto)")
+    if (path / "config.json").is_file():
+        return (f"{path}: is a Hugging Face model directory, expected an mtkit model file; "
+                f"mtkit import {path} -o MODEL.pt makes one")
     if path.is_dir():
         return f"{path}: is a directory, expected a model file"
     if path.exists():

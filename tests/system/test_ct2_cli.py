@@ -66,3 +66,6 @@ def test_info_on_an_export_names_the_model_it_came_from(reverse_model, tmp_path,
     assert done.returncode == 0, done.stderr
     expect_error(mtkit_cli(["info", "exported"], cwd=tmp_path), "exported: a CTranslate2 export",
                  "mtkit info m.pt")
+    expect_error(mtkit_cli(["import", "exported", "-o", "again.pt"], cwd=tmp_path),
+                 "exported: a CTranslate2 export", "not a Hugging Face model")
+    assert not (tmp_path / "again.pt").exists()

@@ -53,6 +53,11 @@ def test_bad_directory_is_one_line_and_writes_nothing(tmp_path, mtkit_cli):
 def test_info_on_the_directory_says_to_import_it(imported, mtkit_cli, expect_error):
     expect_error(mtkit_cli(["info", "opus-mt-tiny"], cwd=imported),
                  "opus-mt-tiny: a Hugging Face model directory", "mtkit import")
+    for command in (["export", "-m", "opus-mt-tiny", "-o", "out"],
+                    ["translate", "-m", "opus-mt-tiny", "--engine", "torch"]):
+        expect_error(mtkit_cli(command, cwd=imported, input="hola\n"),
+                     "opus-mt-tiny: is a Hugging Face model directory",
+                     "mtkit import opus-mt-tiny -o MODEL.pt")
 
 
 def test_info_says_where_it_came_from(imported, mtkit_cli):
