@@ -58,13 +58,14 @@ def spm_train(
     if not inputs or model_prefix is None:
         raise ConfigError("spm-train: give a recipe, or --input FILE and --model-prefix PREFIX")
     # the flags are the recipe's tokenizer keys: checked the same way, errors naming the flag
+    flags = {"vocab_size": "--vocab-size", "model_type": "--model-type",
+             "character_coverage": "--character-coverage",
+             "input_sentence_size": "--input-sentence-size"}
     settings = replace_checked(
         TokenizerConfig(),
         {"vocab_size": vocab_size, "model_type": model_type,
          "character_coverage": character_coverage, "input_sentence_size": input_sentence_size},
-        {"vocab_size": "--vocab-size", "model_type": "--model-type",
-         "character_coverage": "--character-coverage",
-         "input_sentence_size": "--input-sentence-size"},
+        flags,
     )
     path = train_sentencepiece(
         list(inputs),
@@ -73,6 +74,7 @@ def spm_train(
         settings.model_type,
         settings.character_coverage,
         settings.input_sentence_size,
+        names=flags,
     )
     log.info("tokenizer written to %s", path)
 

@@ -709,6 +709,11 @@ OPTION_ROWS = {
     (*SPM_FLAGS, "--character-coverage", "0.95"): ["--character-coverage 0.95", "0.98"],
     (*SPM_FLAGS, "--model-type", "word"): ["--model-type word", "unigram, bpe"],
     (*SPM_FLAGS, "--input-sentence-size", "-1"): ["--input-sentence-size -1", "at least 0"],
+    # what SentencePiece refuses names the flags too, not the recipe's keys
+    (*SPM_FLAGS, "--vocab-size", "5000"): ["vocab_size 5000 is too large", "(--vocab-size)"],
+    (*SPM_FLAGS, "--vocab-size", "8"): ["(--vocab-size), or a lower --character-coverage"],
+    (*SPM_FLAGS, "--vocab-size", "300", "--input-sentence-size", "5"): [
+        "(--vocab-size), or sample more lines (5 of 60 lines, --input-sentence-size)"],
     (*BINARIZE_FLAGS, "--max-len", "0"): ["--max-len 0", "expected at least 1"],
     (*BINARIZE_FLAGS, "--max-ratio", "0.5"): ["--max-ratio 0.5", "expected at least 1.0"],
     (*BINARIZE_FLAGS, "--workers", "-1"): ["binarize:", "--workers", "greater than or equal to 0"],
