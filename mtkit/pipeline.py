@@ -47,6 +47,7 @@ from mtkit.evaluate.validation import (
     evaluate_test_sets,
     greedy,
     log_results,
+    log_test_summary,
     tune_decoding,
 )
 from mtkit.files.atomic import atomic_write_bytes, atomic_write_json
@@ -148,9 +149,7 @@ def _summary(run: PipelineRun, curves: Path | None) -> None:
     """The end of `mtkit train`: where the model is, what it scores, how to use it."""
     what = "the average" if run.chosen == "average" else run.chosen
     log.info("[done] model: %s (%s)", run.model, what)
-    for result in (run.scores or {}).get("results", []):
-        scores = " | ".join(f"{k} {v['score']:.2f}" for k, v in result["scores"].items())
-        log.info("[done] %s: %s", Path(result["src"]).name, scores)
+    log_test_summary((run.scores or {}).get("results", []))
     if curves is not None:
         log.info("[done] curves: %s", curves)
     log.info("[done] translate with: mtkit translate -m %s < input.%s > output.%s", run.model,

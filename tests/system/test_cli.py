@@ -219,6 +219,28 @@ def test_decode_settings_are_chosen_on_dev(tiny_run, tmp_path, mtkit_cli):
     assert again.stdout == hyp.read_text(encoding="utf-8")
 
 
+def test_test_sets_of_one_file_name_keep_their_own_translations(tiny_run, tmp_path,
+                                                                mtkit_inprocess):
+    """wmt19/test.es and wmt20/test.es: each gets its own file in eval/, named by its
+    index in data.test (one name each would leave only the second's translations)."""
+    run = tiny_run.copy_to(tmp_path)
+    sources = (DATA / "test.es").read_text(encoding="utf-8").splitlines(keepends=True)
+    refs = (DATA / "test.en").read_text(encoding="utf-8").splitlines(keepends=True)
+    tests = []
+    for year, lines in (("wmt19", slice(0, 10)), ("wmt20", slice(10, 17))):
+        (run.root / year).mkdir()
+        (run.root / year / "test.es").write_text("".join(sources[lines]), encoding="utf-8")
+        (run.root / year / "test.en").write_text("".join(refs[lines]), encoding="utf-8")
+        tests.append(f"{{src: {year}/test.es, tgt: {year}/test.en}}")
+    done = mtkit_inprocess(["train", "tiny.yaml", "--set", f"data.test=[{', '.join(tests)}]"],
+                           run.root)
+    assert done.returncode == 0, done.stderr
+    results = json.loads((run.run_dir / "eval" / "scores.json").read_text())["results"]
+    assert [Path(r["hyp"]).name for r in results] == ["test.es.0.hyp.en", "test.es.1.hyp.en"]
+    assert [line_count(run.root / r["hyp"]) for r in results] == [10, 7]
+    assert "[done] test.es.0: BLEU" in done.stderr and "[done] test.es.1: BLEU" in done.stderr
+
+
 def test_pipeline_averages_the_best_k(tmp_path, mtkit_cli):
     bible_recipe(tmp_path, train={"average": "best-2", "best_metric": "loss",
                                   "valid_every": 5, "save_every": 5})
