@@ -91,6 +91,7 @@ class PipelineRun:
     scores: dict[str, Any] | None = None  # eval/scores.json, from the eval stage
     parent: tuple[Bundle, Parent] | None = None  # train.init_from, read and checked first
     given_tokenizer: Tokenizer | None = None  # tokenizer.model, read and checked first
+    workers: int = 0  # binarize's encoding processes (0: every core)
     _dev: DevSet | None = None
 
     def dev(self) -> DevSet:
@@ -102,12 +103,12 @@ class PipelineRun:
         return self._dev
 
 
-def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
-                 restart: bool = False, device: str | torch.device = "auto") -> None:
+def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None, restart: bool = False,
+                 device: str | torch.device = "auto", workers: int = 0) -> None:
     """The stages, in order. Under torchrun every rank runs this: rank 0 holds the run
     directory's lock and does the work of one process (tokenizer, binarise, average, eval,
     every file written), all ranks train."""
-    run = PipelineRun(recipe, RunPaths(run_dir), resolve_device(device), restart)
+    run = PipelineRun(recipe, RunPaths(run_dir), resolve_device(device), restart, workers=workers)
     if recipe.train.init_from is not None:
         recipe, bundle, lineage = load_parent(recipe)  # bad input ends here, unwritten
         run.recipe, run.parent = recipe, (bundle, lineage)
@@ -300,7 +301,7 @@ def _binarize(run: PipelineRun) -> None:
         log.warning("binarize: data.max_len or data.max_ratio changed since this run "
                     "started: it goes on with other training pairs, no longer as an "
                     "uninterrupted run would")
-    run.manifest = binarize_recipe(run.recipe, run.paths, run.tokenizer)
+    run.manifest = binarize_recipe(run.recipe, run.paths, run.tokenizer, run.workers)
 
 
 # --------------------------------------------------------------------------- train

@@ -322,6 +322,29 @@ def test_spm_train_then_binarize_from_flags(tmp_path, mtkit_cli):
     assert (tmp_path / "bin" / "train.src.bin").is_file()
 
 
+def test_spm_train_and_binarize_of_a_recipe_are_the_pipeline_stages(tmp_path, mtkit_inprocess):
+    """Run on their own, the first two stages leave what mtkit train then skips."""
+    bible_recipe(tmp_path)
+    for command in ("spm-train", "binarize"):
+        done = mtkit_inprocess([command, "tiny.yaml"], tmp_path)
+        assert done.returncode == 0, done.stderr
+    assert (tmp_path / "runs/tiny/data/manifest.json").is_file()
+    done = mtkit_inprocess(["train", "tiny.yaml", "--until", "binarize"], tmp_path)
+    assert "[tokenizer] skipped" in done.stderr and "[binarize] skipped" in done.stderr
+
+
+def test_spm_train_of_a_recipe_leaves_a_run_it_does_not_fit_alone(tiny_run, tmp_path,
+                                                                 mtkit_inprocess, expect_error):
+    """Another vocabulary in a run with checkpoints is refused, as mtkit train refuses it:
+    the tokenizer those checkpoints were trained with stays."""
+    run = tiny_run.copy_to(tmp_path)
+    before = mtimes(run.run_dir)
+    done = mtkit_inprocess(["spm-train", "tiny.yaml", "--set", "tokenizer.vocab_size=200"],
+                           run.root)
+    expect_error(done, "runs/tiny", "the tokenizer changed", "tokenizer.vocab_size")
+    assert mtimes(run.run_dir) == before
+
+
 # --------------------------------------------------------------------------- 4. error rows
 
 
