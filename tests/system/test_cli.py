@@ -241,6 +241,17 @@ def test_test_sets_of_one_file_name_keep_their_own_translations(tiny_run, tmp_pa
     assert "[done] test.es.0: BLEU" in done.stderr and "[done] test.es.1: BLEU" in done.stderr
 
 
+def test_another_target_language_scores_the_test_sets_again(tiny_run, tmp_path,
+                                                            mtkit_inprocess):
+    """data.langs.tgt picks sacrebleu's BLEU tokenizer: scores of another one are stale."""
+    run = tiny_run.copy_to(tmp_path)
+    done = mtkit_inprocess(["train", "tiny.yaml", "--set", "data.langs.tgt=zh"], run.root)
+    assert "[eval] running" in done.stderr, done.stderr
+    [result] = json.loads((run.run_dir / "eval" / "scores.json").read_text())["results"]
+    assert "tok:zh" in result["scores"]["BLEU"]["signature"]
+    assert (run.run_dir / "eval" / "test.es.hyp.zh").is_file()
+
+
 def test_pipeline_averages_the_best_k(tmp_path, mtkit_cli):
     bible_recipe(tmp_path, train={"average": "best-2", "best_metric": "loss",
                                   "valid_every": 5, "save_every": 5})
