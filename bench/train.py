@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import bible_run, record  # noqa: E402
 
 from mtkit.config import recipe_from_dict  # noqa: E402
-from mtkit.train.run import TrainMeter  # noqa: E402
+from mtkit.train.meter import TrainMeter  # noqa: E402
 from mtkit.train.trainer import Trainer  # noqa: E402
 
 SHAPE = {"enc_layers": 3, "dec_layers": 3, "d_model": 256, "heads": 4, "ffn_dim": 1024,
@@ -86,7 +86,7 @@ def run(precision: str, compile: bool, steps: int, warmup: int, data: Path,
         if step == warmup:
             synchronize(device)
             start, tokens, flops = time.perf_counter(), 0.0, 0.0
-            meter.flush()
+            meter = TrainMeter()  # the timed updates' sums alone
         group = trainer.batches.next_group(trainer.progress)
         data = trainer.batches.training.epoch(trainer.batches.epoch)
         for _, indices in group:
@@ -97,7 +97,8 @@ def run(precision: str, compile: bool, steps: int, warmup: int, data: Path,
                                        shape["dec_layers"], src_lens, tgt_lens)
         trainer._update(group, meter)
         if step >= warmup and (step - warmup + 1) % max(1, steps // 4) == 0:
-            losses.append(round(meter.flush()["loss"], 3))
+            losses.append(round(meter.means(elapsed=0.0)["loss"], 3))
+            meter = TrainMeter()
     synchronize(device)
     seconds = time.perf_counter() - start
     ops = profile_updates(trainer, meter, profile) if profile else None

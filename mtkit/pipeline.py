@@ -43,10 +43,11 @@ from mtkit.decode.translate import Translator
 from mtkit.errors import ConfigError
 from mtkit.evaluate.validation import (
     DevSet,
-    dev_bleu,
+    bundle_dev_bleu,
     evaluate_test_sets,
-    greedy,
+    hypothesis_paths,
     log_results,
+    log_test_summary,
     tune_decoding,
 )
 from mtkit.files.atomic import atomic_write_bytes, atomic_write_json
@@ -90,6 +91,7 @@ class PipelineRun:
     scores: dict[str, Any] | None = None  # eval/scores.json, from the eval stage
     parent: tuple[Bundle, Parent] | None = None  # train.init_from, read and checked first
     given_tokenizer: Tokenizer | None = None  # tokenizer.model, read and checked first
+    workers: int = 0  # binarize's encoding processes (0: every core)
     _dev: DevSet | None = None
 
     def dev(self) -> DevSet:
@@ -101,12 +103,12 @@ class PipelineRun:
         return self._dev
 
 
-def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None,
-                 restart: bool = False, device: str | torch.device = "auto") -> None:
+def run_pipeline(recipe: Recipe, run_dir: Path, until: str | None = None, restart: bool = False,
+                 device: str | torch.device = "auto", workers: int = 0) -> None:
     """The stages, in order. Under torchrun every rank runs this: rank 0 holds the run
     directory's lock and does the work of one process (tokenizer, binarise, average, eval,
     every file written), all ranks train."""
-    run = PipelineRun(recipe, RunPaths(run_dir), resolve_device(device), restart)
+    run = PipelineRun(recipe, RunPaths(run_dir), resolve_device(device), restart, workers=workers)
     if recipe.train.init_from is not None:
         recipe, bundle, lineage = load_parent(recipe)  # bad input ends here, unwritten
         run.recipe, run.parent = recipe, (bundle, lineage)
@@ -148,9 +150,7 @@ def _summary(run: PipelineRun, curves: Path | None) -> None:
     """The end of `mtkit train`: where the model is, what it scores, how to use it."""
     what = "the average" if run.chosen == "average" else run.chosen
     log.info("[done] model: %s (%s)", run.model, what)
-    for result in (run.scores or {}).get("results", []):
-        scores = " | ".join(f"{k} {v['score']:.2f}" for k, v in result["scores"].items())
-        log.info("[done] %s: %s", Path(result["src"]).name, scores)
+    log_test_summary((run.scores or {}).get("results", []))
     if curves is not None:
         log.info("[done] curves: %s", curves)
     log.info("[done] translate with: mtkit translate -m %s < input.%s > output.%s", run.model,
@@ -301,7 +301,7 @@ def _binarize(run: PipelineRun) -> None:
         log.warning("binarize: data.max_len or data.max_ratio changed since this run "
                     "started: it goes on with other training pairs, no longer as an "
                     "uninterrupted run would")
-    run.manifest = binarize_recipe(run.recipe, run.paths, run.tokenizer)
+    run.manifest = binarize_recipe(run.recipe, run.paths, run.tokenizer, run.workers)
 
 
 # --------------------------------------------------------------------------- train
@@ -379,7 +379,8 @@ def average_stage(run: PipelineRun) -> None:
         _run("average", f"choosing model.pt among {', '.join(candidates)}{averaged}")
         if recipe.data.valid is not None:
             dev = run.dev()
-            scores = {name: _bundle_bleu(run, bundle, dev) for name, bundle in candidates.items()}
+            scores = {name: bundle_dev_bleu(bundle, recipe.decode, recipe.train.max_tokens, dev,
+                                            run.device) for name, bundle in candidates.items()}
             stamp["dev_bleu"] = scores
             log.info("[average] dev BLEU: %s",
                      " | ".join(f"{name} {score:.2f}" for name, score in scores.items()))
@@ -392,13 +393,6 @@ def average_stage(run: PipelineRun) -> None:
     _write_stamp(paths.model_stamp, stamp)
 
 
-def _bundle_bleu(run: PipelineRun, bundle: Bundle, dev: DevSet) -> float:
-    """Greedy dev BLEU of a model bundle, as validation during training measures it."""
-    engine = TorchEngine.from_bundles([bundle], ["model.pt"], run.device)
-    return dev_bleu(Translator(engine, greedy(run.recipe.decode), run.recipe.train.max_tokens),
-                    dev)
-
-
 # --------------------------------------------------------------------------- eval
 
 
@@ -406,7 +400,7 @@ def eval_stage(run: PipelineRun) -> None:
     """Tune beam x lenpen on dev (when asked), decode and score every test set, report."""
     if not dist.is_main():
         return  # one process evaluates
-    recipe, paths = run.recipe, run.paths
+    recipe, paths, tgt = run.recipe, run.paths, run.recipe.data.langs.tgt
     if not recipe.data.test:
         _skip("eval", "the recipe has no data.test sets")
         return
@@ -416,8 +410,9 @@ def eval_stage(run: PipelineRun) -> None:
         "decode": decode_stamp(recipe.to_dict()["decode"], recipe.decode.sampling),
         "tests": [[file_fingerprint(t.src), file_fingerprint(t.tgt)] for t in recipe.data.test],
     }
-    old = read_json(scores_path)
-    if old is not None and old.get("stamp") == stamp:
+    old, written = read_json(scores_path), hypothesis_paths(recipe.data.test, paths.eval, tgt)
+    # a file missing: deleted, or data.langs.tgt (which also picks the BLEU tokenizer) changed
+    if old is not None and old.get("stamp") == stamp and all(p.is_file() for p in written):
         _skip("eval", "scores.json is up to date with model.pt and the test sets")
         run.scores = old
         return
@@ -429,7 +424,7 @@ def eval_stage(run: PipelineRun) -> None:
         log.info("[eval] decoding the test sets with beam %d, lenpen %g (best on dev)",
                  settings.beam, settings.lenpen)
     translator = Translator(engine, settings, recipe.train.max_tokens)
-    results = evaluate_test_sets(translator, recipe.data.test, paths.eval, recipe.data.langs.tgt)
+    results = evaluate_test_sets(translator, recipe.data.test, paths.eval, tgt)
     report = {"stamp": stamp,
               "decode": {"beam": settings.beam, "lenpen": settings.lenpen, "stop": settings.stop},
               "results": [r.to_dict() for r in results]}

@@ -12,7 +12,6 @@ import typer
 from mtkit.cli.options import (
     BeamOpt,
     DeviceOpt,
-    ModelsOpt,
     TagOpt,
     one_of,
     std_stream,
@@ -53,7 +52,10 @@ def plot(
 
 
 def attention(
-    models: list[Path] = ModelsOpt,
+    models: list[Path] = typer.Option(
+        ..., "-m", "--model", metavar="MODEL", help="Model file or run directory (its "
+        "model.pt); repeat: an ensemble, heads and models averaged. Not a CTranslate2 "
+        "export, which has no attention weights to read."),
     output: Path = typer.Option(..., "-o", "--output", metavar="FILE",
                                 help="The PNG file to write (several lines: FILE-1.png, ...)."),
     lines: int = typer.Option(1, "--lines", metavar="N",

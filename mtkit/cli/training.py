@@ -45,26 +45,24 @@ def spm_train(
 ) -> None:
     """Train the SentencePiece tokenizer (from a recipe or from flags)."""
     from mtkit.config import TokenizerConfig, replace_checked
-    from mtkit.data.run_tokenizer import train_recipe_tokenizer
     from mtkit.data.tokenizer import train_sentencepiece
+    from mtkit.pipeline import run_pipeline
 
-    if recipe is not None:
-        loaded = load_recipe(recipe, overrides)
-        out_dir = run_dir_of(recipe, run_dir) / "tokenizer"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        train_recipe_tokenizer(loaded, out_dir)
-        log.info("tokenizer written to %s", out_dir)
+    if recipe is not None:  # the pipeline's stage: its stamp, lock and checks against the run
+        run_pipeline(load_recipe(recipe, overrides), run_dir_of(recipe, run_dir),
+                     until="tokenizer", device="cpu")
         return
     if not inputs or model_prefix is None:
         raise ConfigError("spm-train: give a recipe, or --input FILE and --model-prefix PREFIX")
     # the flags are the recipe's tokenizer keys: checked the same way, errors naming the flag
+    flags = {"vocab_size": "--vocab-size", "model_type": "--model-type",
+             "character_coverage": "--character-coverage",
+             "input_sentence_size": "--input-sentence-size"}
     settings = replace_checked(
         TokenizerConfig(),
         {"vocab_size": vocab_size, "model_type": model_type,
          "character_coverage": character_coverage, "input_sentence_size": input_sentence_size},
-        {"vocab_size": "--vocab-size", "model_type": "--model-type",
-         "character_coverage": "--character-coverage",
-         "input_sentence_size": "--input-sentence-size"},
+        flags,
     )
     path = train_sentencepiece(
         list(inputs),
@@ -73,6 +71,7 @@ def spm_train(
         settings.model_type,
         settings.character_coverage,
         settings.input_sentence_size,
+        names=flags,
     )
     log.info("tokenizer written to %s", path)
 
@@ -107,15 +106,12 @@ def binarize(
     """Encode parallel text into memory-mapped token arrays."""
     from mtkit.config import DataConfig, replace_checked
     from mtkit.data.binarize import binarize as binarize_files
-    from mtkit.data.run_tokenizer import load_recipe_tokenizer
     from mtkit.data.tokenizer import Tokenizer
-    from mtkit.pipeline import binarize_recipe
-    from mtkit.train.run import RunPaths
+    from mtkit.pipeline import run_pipeline
 
-    if recipe is not None:
-        loaded, paths = load_recipe(recipe, overrides), RunPaths(run_dir_of(recipe, run_dir))
-        tok = load_recipe_tokenizer(paths.tokenizer, loaded.tokenizer.joint)
-        binarize_recipe(loaded, paths, tok, workers)
+    if recipe is not None:  # the pipeline's stages up to it, as mtkit train --until binarize
+        run_pipeline(load_recipe(recipe, overrides), run_dir_of(recipe, run_dir),
+                     until="binarize", device="cpu", workers=workers)
         return
     out = one_of("--output", output, "--out", old_out)
     if tokenizer is None or src is None or tgt is None or out is None:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mtkit.config.fields import between, doc
+from mtkit.config.fields import SEED_MAX, between, doc
 from mtkit.config.sampling import Sampling
 
 # the placeholder rules of mtkit.document.placeholders, by name (their patterns are there)
@@ -38,7 +38,7 @@ class DecodeConfig:
     temperature: float = field(default=1.0, metadata=between(0.0, doc=(
         "sampling: the log-probabilities are divided by this before the topk/topp cut "
         "(< 1 sharper, > 1 flatter); above 0")))
-    seed: int = field(default=0, metadata=between(0, 2**32 - 1, doc=(
+    seed: int = field(default=0, metadata=between(0, SEED_MAX, doc=(
         "sampling: each line's samples come from random streams seeded by this, the line's "
         "number in its input and the sample's, so a rerun repeats them")))
     alignment_layer: int = field(default=-2, metadata=between(-64, 63, doc=(

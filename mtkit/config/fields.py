@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# the largest seed: SentencePiece's generator takes none above 2^32 - 1, numpy's none below 0
+SEED_MAX = 2**32 - 1
+
 
 def between(low: float | None, high: float | None = None, doc: str = "") -> dict[str, Any]:
     """Field metadata: the inclusive range of a number (None = unbounded) and its doc line.

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 
 from mtkit.config.decode import DecodeConfig
-from mtkit.config.fields import between, doc
+from mtkit.config.fields import SEED_MAX, between, doc
 
 _AVERAGE = re.compile(r"(best|last)-([1-9]\d*)|none")
 # a number (1e3 too: YAML 1.1 leaves it text) and an optional unit
@@ -170,7 +170,7 @@ class TokenizerConfig:
         doc="share of the text's characters the vocabulary covers; the rest are `<unk>`"))
     input_sentence_size: int = field(default=1_000_000, metadata=between(
         0, doc="lines sampled for training the model; 0 = all"))
-    seed: int = field(default=1, metadata=between(None, doc="seed of that sample"))
+    seed: int = field(default=1, metadata=between(0, SEED_MAX, doc="seed of that sample"))
     model: Path | None = field(default=None, metadata=doc(
         "a SentencePiece model to use as it is: a .model file (joint) or a run's tokenizer "
         "directory (spm.model, or spm.src.model and spm.tgt.model)"))
@@ -271,8 +271,9 @@ class TrainConfig:
     alignment_weight: float = field(default=0.1, metadata=between(
         0.0, doc="weight of the guided-alignment loss (Garg et al., 2019) on the "
         "decode.alignment_layer's cross-attention, for corpora that give `alignments`"))
+    # torch's Adam takes 0 <= beta < 1
     adam_betas: tuple[float, float] = field(default=(0.9, 0.98), metadata=between(
-        None, doc="Adam's two decay rates"))
+        0.0, 0.999999, doc="Adam's two decay rates"))
     adam_eps: float = field(default=1e-8, metadata=between(0.0, 1.0, doc="Adam's epsilon"))
     weight_decay: float = field(default=0.0, metadata=between(
         0.0, doc="decoupled weight decay (AdamW)"))
@@ -283,7 +284,7 @@ class TrainConfig:
     max_time: float = field(default=0.0, metadata={"parse": parse_duration, **between(
         0, doc="seconds of training wall clock (90m, 2h accepted); 0 = no limit")})
     seed: int = field(default=1, metadata=between(
-        None, doc="seed of initialisation, batching and dropout"))
+        0, SEED_MAX, doc="seed of initialisation, batching and dropout"))
     log_every: int = field(default=50, metadata=between(1, doc="updates between log lines"))
     save_every: int = field(default=1000, metadata=between(
         1, doc="updates between checkpoints"))

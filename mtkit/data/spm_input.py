@@ -75,17 +75,29 @@ _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a
 _TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 
 
-def training_error(message: str, vocab_size: int, where: str) -> DataError:
+# how a recipe spells the tokenizer settings that errors name (spm-train's flags differ)
+RECIPE_KEYS = {"vocab_size": "tokenizer.vocab_size",
+               "character_coverage": "tokenizer.character_coverage",
+               "input_sentence_size": "tokenizer.input_sentence_size"}
+
+
+def training_error(message: str, vocab_size: int, where: str,
+                   names: dict[str, str] | None = None, sample: str = "") -> DataError:
+    """spm's failure as one line naming the settings as the user gave them (`names`:
+    setting -> key or flag); `sample` says how many lines were sampled when not all were."""
+    names = {**RECIPE_KEYS, **(names or {})}
     if match := _TOO_HIGH.search(message):
+        more = (f", or sample more lines ({sample}, {names['input_sentence_size']})"
+                if sample else "")
         return DataError(
             f"{where}: vocab_size {match.group(1)} is too large for this corpus; "
-            f"use at most {match.group(2)} (tokenizer.vocab_size)"
+            f"use at most {match.group(2)} ({names['vocab_size']}){more}"
         )
     if match := _TOO_LOW.search(message):
         return DataError(
             f"{where}: vocab_size {vocab_size} is too small for this corpus; it needs at least "
-            f"{match.group(2)} (tokenizer.vocab_size), or a lower "
-            "tokenizer.character_coverage (down to 0.98, SentencePiece's least)"
+            f"{match.group(2)} ({names['vocab_size']}), or a lower "
+            f"{names['character_coverage']} (down to 0.98, SentencePiece's least)"
         )
     # drop spm's "INTERNAL: src/file.cc(123) [check] " prefix; keep its explanation
     detail = re.sub(r"^.*?\] ", "", message.splitlines()[0]).strip() or message.strip()

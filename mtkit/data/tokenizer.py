@@ -64,12 +64,14 @@ def train_sentencepiece(
     input_sentence_size: int = 1_000_000,
     seed: int = 1,
     tags: tuple[str, ...] = (),
+    names: dict[str, str] | None = None,
 ) -> Path:
     """Train a SentencePiece model on text files; write `<model_prefix>.model`, return its path.
 
     A random sample of at most `input_sentence_size` non-empty lines (0 = all) is used, so
     memory does not grow with the corpus; the same inputs and settings give the same bytes.
     Each of `tags` becomes the control symbol <tag>, with the ids after the specials.
+    Errors name the settings as `names` spells them (default: the recipe's keys).
     """
     inputs = existing_inputs(inputs)
     where = ", ".join(str(p) for p in inputs)
@@ -83,7 +85,9 @@ def train_sentencepiece(
             raise lines.error from None
         if lines.nonempty == 0:
             raise DataError(f"{where}: no non-empty lines to train the tokenizer on") from None
-        raise training_error(str(exc), vocab_size, where) from None
+        cut = 0 < input_sentence_size < lines.nonempty
+        sample = f"{input_sentence_size} of {lines.nonempty} lines" if cut else ""
+        raise training_error(str(exc), vocab_size, where, names, sample) from None
     if lines.error is not None:  # spm may finish on the lines read before the failure
         raise lines.error
 

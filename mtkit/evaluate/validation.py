@@ -28,6 +28,7 @@ from mtkit.decode.translate import Translator
 from mtkit.evaluate.metrics import Score, corpus_scores
 from mtkit.files.atomic import atomic_write_bytes
 from mtkit.files.textio import read_lines
+from mtkit.model.checkpoint import Bundle
 from mtkit.model.loss import label_smoothed_nll
 from mtkit.model.transformer import Transformer
 
@@ -59,6 +60,13 @@ def greedy(settings: DecodeConfig) -> DecodeConfig:
 def dev_bleu(translator: Translator, dev: DevSet) -> float:
     hyps = translator.translate(dev.sources)
     return corpus_scores(hyps, [dev.refs], ("bleu",), tgt_lang=dev.tgt_lang)[0].score
+
+
+def bundle_dev_bleu(bundle: Bundle, settings: DecodeConfig, max_tokens: int, dev: DevSet,
+                    device: torch.device) -> float:
+    """Greedy dev BLEU of a model bundle, as validation during training measures it."""
+    engine = TorchEngine.from_bundles([bundle], ["model.pt"], device)
+    return dev_bleu(Translator(engine, greedy(settings), max_tokens), dev)
 
 
 def tune_decoding(engine: Engine, settings: DecodeConfig, dev: DevSet,
@@ -181,12 +189,24 @@ def score_test_set(test: Pair, hyps: list[str], tgt_lang: str) -> list[Score]:
                          ref_names=[str(test.tgt)])
 
 
+def test_set_names(sources: list[Path]) -> list[str]:
+    """How eval/ and the logs name each test set: its source's file name, with its index
+    in data.test where two share one (wmt19/test.de, wmt20/test.de), so that neither's
+    translations overwrite the other's."""
+    names = [src.name for src in sources]
+    return [name if names.count(name) == 1 else f"{name}.{i}" for i, name in enumerate(names)]
+
+
+def hypothesis_paths(tests: tuple[Pair, ...], out_dir: Path, tgt_lang: str) -> list[Path]:
+    """The file of each test set's translations: eval/NAME.hyp.TGT (test_set_names)."""
+    return [out_dir / f"{name}.hyp.{tgt_lang}" for name in test_set_names([t.src for t in tests])]
+
+
 def evaluate_test_sets(translator: Translator, tests: tuple[Pair, ...], out_dir: Path,
                        tgt_lang: str) -> list[TestResult]:
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
-    for test in tests:
-        hyp_path = out_dir / f"{test.src.name}.hyp.{tgt_lang}"
+    for test, hyp_path in zip(tests, hypothesis_paths(tests, out_dir, tgt_lang)):
         hyps, seconds = decode_test_set(translator, test, hyp_path)
         scores = score_test_set(test, hyps, tgt_lang)
         results.append(TestResult(test, hyp_path, len(hyps), seconds, scores))
@@ -194,8 +214,15 @@ def evaluate_test_sets(translator: Translator, tests: tuple[Pair, ...], out_dir:
 
 
 def log_results(results: list[TestResult]) -> None:
-    for r in results:
+    for r, name in zip(results, test_set_names([r.test.src for r in results])):
         parts = [f"{s.name} {round(s.score, 2):.2f}" for s in r.scores]
-        log.info("[eval] %s (%d lines): %s", r.test.src.name, r.lines, " | ".join(parts))
+        log.info("[eval] %s (%d lines): %s", name, r.lines, " | ".join(parts))
         for s in r.scores:
             log.info("[eval]   %s signature: %s", s.name, s.signature)
+
+
+def log_test_summary(results: list[dict[str, Any]]) -> None:
+    """The end of `mtkit train`: each test set's scores, as scores.json's results hold them."""
+    for result, name in zip(results, test_set_names([Path(r["src"]) for r in results])):
+        scores = " | ".join(f"{k} {v['score']:.2f}" for k, v in result["scores"].items())
+        log.info("[done] %s: %s", name, scores)

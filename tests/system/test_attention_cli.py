@@ -27,3 +27,12 @@ def test_a_layer_the_model_lacks_is_one_error_line(tiny_run, tmp_path, mtkit_inp
                             "--layer", "9"], tmp_path)
     expect_error(done, "--layer 9:", "the model has")
     assert not (tmp_path / "a.png").exists()
+
+
+def test_the_help_offers_no_ctranslate2_export(tmp_path, mtkit_inprocess):
+    """translate's -m takes an export directory; attention's refuses one, and says so."""
+    done = mtkit_inprocess(["attention", "--help"], tmp_path)
+    assert done.returncode == 0
+    model_help = " ".join(done.stdout.split("-m, --model MODEL")[1].split("-o,")[0].split())
+    assert "Not a CTranslate2 export" in model_help
+    assert "mtkit export` wrote" not in model_help

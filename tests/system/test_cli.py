@@ -219,6 +219,39 @@ def test_decode_settings_are_chosen_on_dev(tiny_run, tmp_path, mtkit_cli):
     assert again.stdout == hyp.read_text(encoding="utf-8")
 
 
+def test_test_sets_of_one_file_name_keep_their_own_translations(tiny_run, tmp_path,
+                                                                mtkit_inprocess):
+    """wmt19/test.es and wmt20/test.es: each gets its own file in eval/, named by its
+    index in data.test (one name each would leave only the second's translations)."""
+    run = tiny_run.copy_to(tmp_path)
+    sources = (DATA / "test.es").read_text(encoding="utf-8").splitlines(keepends=True)
+    refs = (DATA / "test.en").read_text(encoding="utf-8").splitlines(keepends=True)
+    tests = []
+    for year, lines in (("wmt19", slice(0, 10)), ("wmt20", slice(10, 17))):
+        (run.root / year).mkdir()
+        (run.root / year / "test.es").write_text("".join(sources[lines]), encoding="utf-8")
+        (run.root / year / "test.en").write_text("".join(refs[lines]), encoding="utf-8")
+        tests.append(f"{{src: {year}/test.es, tgt: {year}/test.en}}")
+    done = mtkit_inprocess(["train", "tiny.yaml", "--set", f"data.test=[{', '.join(tests)}]"],
+                           run.root)
+    assert done.returncode == 0, done.stderr
+    results = json.loads((run.run_dir / "eval" / "scores.json").read_text())["results"]
+    assert [Path(r["hyp"]).name for r in results] == ["test.es.0.hyp.en", "test.es.1.hyp.en"]
+    assert [line_count(run.root / r["hyp"]) for r in results] == [10, 7]
+    assert "[done] test.es.0: BLEU" in done.stderr and "[done] test.es.1: BLEU" in done.stderr
+
+
+def test_another_target_language_scores_the_test_sets_again(tiny_run, tmp_path,
+                                                            mtkit_inprocess):
+    """data.langs.tgt picks sacrebleu's BLEU tokenizer: scores of another one are stale."""
+    run = tiny_run.copy_to(tmp_path)
+    done = mtkit_inprocess(["train", "tiny.yaml", "--set", "data.langs.tgt=zh"], run.root)
+    assert "[eval] running" in done.stderr, done.stderr
+    [result] = json.loads((run.run_dir / "eval" / "scores.json").read_text())["results"]
+    assert "tok:zh" in result["scores"]["BLEU"]["signature"]
+    assert (run.run_dir / "eval" / "test.es.hyp.zh").is_file()
+
+
 def test_pipeline_averages_the_best_k(tmp_path, mtkit_cli):
     bible_recipe(tmp_path, train={"average": "best-2", "best_metric": "loss",
                                   "valid_every": 5, "save_every": 5})
@@ -298,6 +331,29 @@ def test_spm_train_then_binarize_from_flags(tmp_path, mtkit_cli):
     manifest = json.loads((tmp_path / "bin" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["splits"]["train"]["lines"] == line_count(DATA / "train.es")
     assert (tmp_path / "bin" / "train.src.bin").is_file()
+
+
+def test_spm_train_and_binarize_of_a_recipe_are_the_pipeline_stages(tmp_path, mtkit_inprocess):
+    """Run on their own, the first two stages leave what mtkit train then skips."""
+    bible_recipe(tmp_path)
+    for command in ("spm-train", "binarize"):
+        done = mtkit_inprocess([command, "tiny.yaml"], tmp_path)
+        assert done.returncode == 0, done.stderr
+    assert (tmp_path / "runs/tiny/data/manifest.json").is_file()
+    done = mtkit_inprocess(["train", "tiny.yaml", "--until", "binarize"], tmp_path)
+    assert "[tokenizer] skipped" in done.stderr and "[binarize] skipped" in done.stderr
+
+
+def test_spm_train_of_a_recipe_leaves_a_run_it_does_not_fit_alone(tiny_run, tmp_path,
+                                                                 mtkit_inprocess, expect_error):
+    """Another vocabulary in a run with checkpoints is refused, as mtkit train refuses it:
+    the tokenizer those checkpoints were trained with stays."""
+    run = tiny_run.copy_to(tmp_path)
+    before = mtimes(run.run_dir)
+    done = mtkit_inprocess(["spm-train", "tiny.yaml", "--set", "tokenizer.vocab_size=200"],
+                           run.root)
+    expect_error(done, "runs/tiny", "the tokenizer changed", "tokenizer.vocab_size")
+    assert mtimes(run.run_dir) == before
 
 
 # --------------------------------------------------------------------------- 4. error rows
@@ -709,6 +765,11 @@ OPTION_ROWS = {
     (*SPM_FLAGS, "--character-coverage", "0.95"): ["--character-coverage 0.95", "0.98"],
     (*SPM_FLAGS, "--model-type", "word"): ["--model-type word", "unigram, bpe"],
     (*SPM_FLAGS, "--input-sentence-size", "-1"): ["--input-sentence-size -1", "at least 0"],
+    # what SentencePiece refuses names the flags too, not the recipe's keys
+    (*SPM_FLAGS, "--vocab-size", "5000"): ["vocab_size 5000 is too large", "(--vocab-size)"],
+    (*SPM_FLAGS, "--vocab-size", "8"): ["(--vocab-size), or a lower --character-coverage"],
+    (*SPM_FLAGS, "--vocab-size", "300", "--input-sentence-size", "5"): [
+        "(--vocab-size), or sample more lines (5 of 60 lines, --input-sentence-size)"],
     (*BINARIZE_FLAGS, "--max-len", "0"): ["--max-len 0", "expected at least 1"],
     (*BINARIZE_FLAGS, "--max-ratio", "0.5"): ["--max-ratio 0.5", "expected at least 1.0"],
     (*BINARIZE_FLAGS, "--workers", "-1"): ["binarize:", "--workers", "greater than or equal to 0"],

@@ -329,11 +329,36 @@ def test_a_single_mapping_is_a_list_of_one(tmp_path):
         ("train: {lr: .nan}", "train.lr: expected a finite number, got nan"),
         ("decode: {tune_lenpen: [1.0, .inf]}",
          "decode.tune_lenpen[1]: expected a finite number, got inf"),
+        # refused here, not with a traceback from SentencePiece, numpy or torch's Adam
+        ("tokenizer: {seed: -1}",
+         "tokenizer.seed: -1 is out of range; expected between 0 and 4294967295"),
+        ("train: {seed: 99999999999999999999}",
+         "train.seed: 99999999999999999999 is out of range; expected between 0 and 4294967295"),
+        ("train: {adam_betas: [0.9, 1.0]}",
+         "train.adam_betas[1]: 1.0 is out of range; expected between 0.0 and 0.999999"),
     ],
 )
 def test_ranges_and_checks(tmp_path, edit, message):
     path, error = load_error(tmp_path, edit)
     assert error == f"{path}: {message}"
+
+
+def test_the_ends_of_the_seed_and_adam_ranges_are_taken_by_what_uses_them():
+    import numpy as np
+    import sentencepiece as spm
+    import torch
+
+    def ends(cls, name):
+        return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["range"]
+
+    for cls in (TokenizerConfig, TrainConfig, DecodeConfig):
+        for seed in ends(cls, "seed"):
+            spm.set_random_generator_seed(seed)
+            torch.manual_seed(seed)
+            np.random.default_rng([seed, 0])
+    weight = torch.nn.Parameter(torch.ones(2))
+    for beta in ends(TrainConfig, "adam_betas"):
+        torch.optim.AdamW([weight], betas=(beta, beta)).step()  # no ValueError
 
 
 def test_ranges_are_declared_beside_their_fields():
