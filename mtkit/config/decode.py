@@ -35,9 +35,9 @@ class DecodeConfig:
         "none: beam search (greedy for beam 1); or draw each translation at random, from "
         "the whole distribution (full), the K likeliest tokens (topk:K) or the smallest set "
         "of likeliest tokens with mass >= P (topp:P); nbest samples per line, beam unused"))
-    temperature: float = field(default=1.0, metadata=between(0.0, doc=(
+    temperature: float = field(default=1.0, metadata=between(0.0, above=True, doc=(
         "sampling: the log-probabilities are divided by this before the topk/topp cut "
-        "(< 1 sharper, > 1 flatter); above 0")))
+        "(< 1 sharper, > 1 flatter)")))
     seed: int = field(default=0, metadata=between(0, SEED_MAX, doc=(
         "sampling: each line's samples come from random streams seeded by this, the line's "
         "number in its input and the sample's, so a rerun repeats them")))
@@ -64,8 +64,6 @@ class DecodeConfig:
         "further placeholders: regular expressions (Python's re) whose matches are kept"))
 
     def check(self) -> None:
-        if self.temperature <= 0:
-            raise ValueError(f"decode.temperature ({self.temperature:g}) must be above 0")
         # the n best come out of the beam (samples do not)
         if self.nbest > self.beam and self.sampling.kind == "none":
             raise ValueError(

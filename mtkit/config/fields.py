@@ -8,12 +8,14 @@ from typing import Any
 SEED_MAX = 2**32 - 1
 
 
-def between(low: float | None, high: float | None = None, doc: str = "") -> dict[str, Any]:
-    """Field metadata: the inclusive range of a number (None = unbounded) and its doc line.
+def between(low: float | None, high: float | None = None, doc: str = "",
+            above: bool = False) -> dict[str, Any]:
+    """Field metadata: the inclusive range of a number (None = unbounded) and its doc line;
+    with `above`, `low` itself is refused (a value must be above it).
 
     Every number declares one (a test checks it): `between(None)` says "any value" on purpose.
     """
-    return {"range": (low, high), "doc": doc}
+    return {"range": (low, high), "above": above, "doc": doc}
 
 
 def doc(text: str) -> dict[str, Any]:

@@ -129,6 +129,8 @@ def _allowed(f: dataclasses.Field, tp: Any) -> str:
     low, high = f.metadata["range"]
     if low is None and high is None:
         return "any"
+    if f.metadata.get("above"):
+        return f"> {low}" + (f", <= {high}" if high is not None else "")
     if high is None:
         return f">= {low}"
     return f"{low} to {high}"

@@ -117,7 +117,7 @@ class Corpus:
     src: Path = field(metadata=doc("source-side text file, one sentence a line"))
     tgt: Path = field(metadata=doc("target-side text file, line N translating line N of src"))
     weight: float = field(default=1.0, metadata={"parse": parse_weight, **between(
-        0.0, doc="an epoch samples round(pairs x weight) of its pairs; above 0")})
+        0.0, doc="an epoch samples round(pairs x weight) of its pairs", above=True)})
     tag: str | None = field(default=None, metadata={"parse": parse_tag, **doc(
         "marks its source lines with the control symbol `<tag>` (e.g. BT for back-translation)")})
     alignments: Path | None = field(default=None, metadata=doc(

@@ -106,7 +106,9 @@ def read_field(f: dataclasses.Field, tp: Any, value: Any, key: str, ctx: Context
             value = f.metadata["parse"](value)
         except ValueError as exc:
             raise ctx.fail(key, str(exc)) from None
-    return _coerce(tp, value, key, ctx, f.metadata.get("range"))
+    bounds = (*f.metadata["range"], f.metadata.get("above", False)) if "range" in f.metadata \
+        else None
+    return _coerce(tp, value, key, ctx, bounds)
 
 
 def _coerce(tp: Any, value: Any, key: str, ctx: Context, bounds: tuple | None = None) -> Any:
@@ -200,10 +202,17 @@ _SCALARS = {bool: _read_bool, int: _read_int, float: _read_float, str: _read_str
 
 
 def _check_range(key: str, value: float, bounds: tuple | None, ctx: Context) -> None:
-    low, high = bounds or (None, None)
-    if low is not None and value < low or high is not None and value > high:
-        bounds_text = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ctx.fail(key, f"{value} is out of range; expected {bounds_text}")
+    low, high, above = bounds or (None, None, False)
+    if low is not None and (value <= low if above else value < low) or \
+            high is not None and value > high:
+        raise ctx.fail(key, f"{value} is out of range; expected {range_text(low, high, above)}")
+
+
+def range_text(low: float | None, high: float | None, above: bool) -> str:
+    """A range in words, as errors and the reference give it."""
+    if above:
+        return f"above {low}" + (f" and at most {high}" if high is not None else "")
+    return f"between {low} and {high}" if high is not None else f"at least {low}"
 
 
 def _show(value: Any) -> str:

@@ -163,7 +163,7 @@ def test_bad_native_bodies(payload, status, needle):
     ({"sampling": "topp:0"}, "sampling topp:0: topp:P needs a number 0 < P <= 1"),
     ({"sampling": "topk:-1"}, "sampling topk:-1: topk:K needs a whole number K >= 1"),
     ({"sampling": 5}, "sampling 5: expected none, full, topk:K or topp:P"),
-    ({"temperature": 0}, "temperature (0) must be above 0"),
+    ({"temperature": 0}, "temperature 0: 0.0 is out of range; expected above 0.0"),
     ({"temperature": "hot"}, "temperature hot: expected a number"),
     ({"seed": -1}, "seed -1: -1 is out of range"),
     ({"seed": 1.5}, "seed 1.5: expected an integer"),

@@ -147,7 +147,7 @@ def test_top_k_one_through_the_engine_is_greedy():
     ({"sampling": "topk:0"}, "--sampling topk:0: topk:K needs a whole number K >= 1"),
     ({"sampling": "topk:-1"}, "--sampling topk:-1: topk:K needs"),
     ({"sampling": "nucleus"}, "--sampling nucleus: expected none, full, topk:K or topp:P"),
-    ({"temperature": 0.0}, "--temperature (0) must be above 0"),
+    ({"temperature": 0.0}, "--temperature 0.0: 0.0 is out of range; expected above 0.0"),
     ({"temperature": -1.0}, "--temperature -1.0: -1.0 is out of range"),
     ({"seed": -3}, "--seed -3: -3 is out of range"),
     ({"nbest": 4, "beam": 2}, "--nbest (4) must not exceed --beam (2)"),
