@@ -68,12 +68,22 @@ def is_value_type(tp: Any) -> bool:
 # --------------------------------------------------------------------------- data
 
 
+def parse_lang(value: Any) -> Any:
+    """A language code: it names files (eval/test.es.hyp.CODE) and API fields, so it is
+    one short word."""
+    if isinstance(value, str) and not (0 < len(value) <= 32 and value.isprintable()
+                                       and not any(c in value for c in " /\\")):
+        raise ValueError(f"{value!r} is not a language code; give one like en, pt-BR or "
+                         "spa_Latn")
+    return value
+
+
 @dataclass(frozen=True)
 class Langs:
-    src: str = field(default="src", metadata=doc(
-        "source language code, as the serving API names it"))
-    tgt: str = field(default="tgt", metadata=doc(
-        "target language code; also picks sacrebleu's BLEU tokenizer (zh, ja, ko)"))
+    src: str = field(default="src", metadata={"parse": parse_lang, **doc(
+        "source language code, as the serving API names it")})
+    tgt: str = field(default="tgt", metadata={"parse": parse_lang, **doc(
+        "target language code; also picks sacrebleu's BLEU tokenizer (zh, ja, ko)")})
 
 
 @dataclass(frozen=True)

@@ -336,11 +336,22 @@ def test_a_single_mapping_is_a_list_of_one(tmp_path):
          "train.seed: 99999999999999999999 is out of range; expected between 0 and 4294967295"),
         ("train: {adam_betas: [0.9, 1.0]}",
          "train.adam_betas[1]: 1.0 is out of range; expected between 0.0 and 0.999999"),
+        ("decode: {temperature: 0}",
+         "decode.temperature: 0.0 is out of range; expected above 0.0"),
     ],
 )
 def test_ranges_and_checks(tmp_path, edit, message):
     path, error = load_error(tmp_path, edit)
     assert error == f"{path}: {message}"
+
+
+@pytest.mark.parametrize("code", ["en/x", "", "e n", "x" * 33])
+def test_a_language_code_is_one_short_word(tmp_path, code):
+    """A code names eval's files: 'en/x' wrote into a subdirectory, '' a name ending in '.'."""
+    path = write_recipe(tmp_path, BASE)
+    assert load_recipe(path, ["data.langs.tgt=pt-BR"]).data.langs.tgt == "pt-BR"
+    with pytest.raises(ConfigError, match=f"data.langs.tgt: '{code}' is not a language code"):
+        load_recipe(path, [f"data.langs.tgt='{code}'"])
 
 
 def test_the_ends_of_the_seed_and_adam_ranges_are_taken_by_what_uses_them():
