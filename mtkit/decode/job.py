@@ -22,8 +22,9 @@ from typing import BinaryIO
 from mtkit.decode.align import UNITS
 from mtkit.decode.choices import OPTION_NAMES, DecodeChoices
 from mtkit.decode.shard import Shard, line_range, receive_shares, send_share
+from mtkit.decode.stats import Stats, counted
 from mtkit.decode.stream import Prefixes, decode_lines, translate_stream, translate_whole
-from mtkit.decode.translate import Stats, Translator
+from mtkit.decode.translate import Translator
 from mtkit.document.formats import check_format
 from mtkit.document.split import require_splitter
 from mtkit.errors import ConfigError
@@ -130,8 +131,8 @@ def read_prefixes(path: Path | None, input_file: Path | None) -> Prefixes | None
                         str(input_file) if input_file is not None else "stdin")
     if read.invalid_utf8:  # said as the input's are: a replaced byte is forced as <unk>
         first = next(n for n, line in enumerate(raw, 1) if not _is_utf8(line))
-        log.warning("--prefix %s: %d lines had invalid UTF-8 (first: line %d); bad bytes "
-                    "were replaced with U+FFFD", path, read.invalid_utf8, first)
+        log.warning("--prefix %s: %s had invalid UTF-8 (first: line %d); bad bytes were "
+                    "replaced with U+FFFD", path, counted(read.invalid_utf8, "line"), first)
     if input_file is not None and input_file.is_file():  # (open_input words the others)
         count = count_lines(input_file, decompress=False)  # as translate reads it: raw
         if count != len(prefixes.lines):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from mtkit.decode.translate import Stats
+from mtkit.decode.stats import Stats
 from mtkit.errors import ConfigError
 from mtkit.files.textio import count_lines, line_offsets
 from mtkit.runtime import distributed as dist

@@ -16,7 +16,8 @@ from typing import BinaryIO
 
 from mtkit.decode.align import Links, pharaoh
 from mtkit.decode.search import Hypothesis
-from mtkit.decode.translate import Stats, Translator
+from mtkit.decode.stats import Stats
+from mtkit.decode.translate import Translator
 from mtkit.document.pipeline import Translated
 from mtkit.errors import ConfigError
 from mtkit.progress import progress_bar

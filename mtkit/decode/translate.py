@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
@@ -24,6 +23,7 @@ from mtkit.decode.ct2 import is_exported_model
 from mtkit.decode.engine import Engine, load_engine
 from mtkit.decode.scoring import PairScore, score_texts
 from mtkit.decode.search import Hypothesis
+from mtkit.decode.stats import Stats
 from mtkit.decode.texts import checked_lines, checked_texts
 from mtkit.document.formats import check_format
 from mtkit.document.pipeline import DocumentOptions, Translated, finish, prepare
@@ -32,45 +32,6 @@ from mtkit.errors import CheckpointError, ConfigError
 from mtkit.runtime.devices import resolve_device, set_threads
 
 log = logging.getLogger("mtkit")
-
-
-@dataclass
-class Stats:
-    sentences: int = 0
-    tokens: int = 0  # target tokens produced (best hypothesis, without EOS)
-    truncated: int = 0
-    invalid_utf8: int = 0
-    seconds: float = 0.0
-
-    def add(self, other: Stats) -> None:
-        """Count another process's share of the same job (the clock stays this one's)."""
-        self.sentences += other.sentences
-        self.tokens += other.tokens
-        self.truncated += other.truncated
-        self.invalid_utf8 += other.invalid_utf8
-
-    def summary(self) -> str:
-        rate = self.sentences / max(self.seconds, 1e-9)
-        text = (
-            f"translated {self.sentences} sentences, {self.tokens} tokens in "
-            f"{self.seconds:.1f}s ({rate:.1f} sentences/s)"
-        )
-        if self.truncated:
-            text += f"; {self.truncated} inputs truncated"
-        if self.invalid_utf8:
-            text += f"; {self.invalid_utf8} lines had invalid UTF-8 (replaced)"
-        return text
-
-    def truncation(self, line_number: int, length: int, limit: int, what: str = "") -> None:
-        """Count an input cut to the model's `limit` tokens; warn of the first three."""
-        self.truncated += 1
-        if self.truncated <= 3:  # then only counted, in the summary line
-            log.warning(
-                "input line %d: %s%d tokens, truncated to the model's %d%s",
-                line_number, what, length, limit,
-                "; further truncations are counted in the summary"
-                if self.truncated == 3 else "",
-            )
 
 
 # --------------------------------------------------------------------------- translating

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.forced import forced_pass
+from mtkit.decode.stats import Stats
 from mtkit.decode.stream import decode_lines
-from mtkit.decode.translate import Stats, Translator
+from mtkit.decode.translate import Translator
 from mtkit.errors import ConfigError, DataError
 from mtkit.files.atomic import atomic_write
 from mtkit.model.transformer import decoder_layer

@@ -21,7 +21,7 @@ ERRORS = [
     (["--sampling", "topk:0"], ["--sampling topk:0", "K >= 1"]),
     (["--sampling", "topk:-1"], ["--sampling topk:-1", "K >= 1"]),
     (["--sampling", "beam"], ["--sampling beam", "none, full, topk:K or topp:P"]),
-    (["--sampling", "full", "--temperature", "0"], ["--temperature (0) must be above 0"]),
+    (["--sampling", "full", "--temperature", "0"], ["--temperature 0", "expected above 0.0"]),
     (["--sampling", "full", "--temperature", "-1"], ["--temperature -1", "out of range"]),
     (["--sampling", "full", "--seed", "-2"], ["--seed -2", "out of range"]),
     (["--prefix", "two.txt"], ["--prefix two.txt has 2 lines", f"test.src {COUNT}"]),
@@ -74,4 +74,4 @@ def test_invalid_utf8_in_a_prefix_file_is_warned_with_its_lines(tmp_path, mtkit_
                               "prefix.txt"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == COUNT
-    assert "--prefix prefix.txt: 1 lines had invalid UTF-8 (first: line 1)" in result.stderr
+    assert "--prefix prefix.txt: 1 line had invalid UTF-8 (first: line 1)" in result.stderr

@@ -93,7 +93,7 @@ def test_empty_and_whitespace_lines_give_empty_lines(hostile):
 
 def test_long_line_is_truncated_with_a_warning(hostile):
     assert re.search(r"input line 5: \d+ tokens, truncated", hostile.stderr), hostile.stderr
-    assert "1 inputs truncated" in hostile.stderr
+    assert "1 input truncated" in hostile.stderr
 
 
 def test_invalid_utf8_nul_and_control_characters(hostile):
