@@ -45,7 +45,6 @@ from mtkit.cli.options import (
     one_of,
     std_stream,
 )
-from mtkit.cli.options import ThreadsOpt as ServeThreadsOpt
 from mtkit.errors import ConfigError
 
 log = logging.getLogger("mtkit")
@@ -257,7 +256,10 @@ def serve(
     tgt_lang: str | None = TgtLangOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
-    threads: int = ServeThreadsOpt,
+    threads: int = typer.Option(0, "--threads", metavar="N", min=0, max=MAX_THREADS,
+                                help="CPU threads of each worker (0: the cores shared out "
+                                "among the workers and processes; a CTranslate2 export: "
+                                "chosen per batch)."),
     workers: int = WorkersOpt,
     processes: int = ProcessesOpt,
     quantize: str = QuantizeOpt,
