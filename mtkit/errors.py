@@ -43,3 +43,14 @@ class TrainingDiverged(MtkitError):
     """Too many non-finite losses in a row; checkpoint_last.pt holds the last good state."""
 
     exit_code = 1
+
+
+class RankGone(MtkitError):
+    """Under torchrun, a collective failed because another rank's process ended: that
+    rank's own error line says why; this one only says that it stopped with it."""
+
+    exit_code = 1
+
+    def __init__(self) -> None:
+        super().__init__("another rank ended the job (its error is above); this rank stops "
+                         "too; the run resumes from its last checkpoint")

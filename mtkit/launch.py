@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtkit.config import Recipe
-from mtkit.errors import ConfigError
+from mtkit.errors import ConfigError, RankGone
 from mtkit.pipeline import STAGES, run_pipeline
 from mtkit.runtime import distributed as dist
 from mtkit.runtime.devices import resolve_device, set_threads
@@ -47,5 +47,9 @@ def run_train_job(job: TrainJob) -> None:
         run_pipeline(job.recipe, job.run_dir, until=job.until, restart=job.restart,
                      device=device)
         dist.wait_for_main()  # leave together: gloo aborts a rank that quits while in use
+    except RuntimeError as exc:
+        if not dist.peer_gone(exc):
+            raise
+        raise RankGone() from None  # (not a second traceback beside the rank's own error)
     finally:
         dist.shutdown()

@@ -123,6 +123,16 @@ def main_alone(alone: bool = True) -> Iterator[None]:
         raise
 
 
+# what gloo says when the process at the other end of a collective has ended
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+
+
+def peer_gone(exc: BaseException) -> bool:
+    """Whether `exc` is a collective failing because another rank's process ended."""
+    return (dist.is_initialized() and isinstance(exc, RuntimeError)
+            and any(words in str(exc) for words in _PEER_GONE))
+
+
 def broadcast(value: Any) -> Any:
     """Rank 0's `value` on every rank (any picklable object)."""
     if not dist.is_initialized():

@@ -269,3 +269,18 @@ def test_bad_input_rank_0_finds_alone_is_one_line(tmp_path, change, named, expec
     done = run_mtkit(["train", "tiny.yaml", "--until", "train", "--nproc", "2", *change],
                      cwd=tmp_path)
     expect_error(done, named)
+
+
+def test_a_rank_0_failure_while_training_is_one_line(tmp_path):
+    """Rank 0 fails inside training (its disk full at a validation's checkpoint_best.pt)
+    while rank 1 is in a collective: rank 0's error line stands for the job, and rank 1
+    says it stopped with it instead of gloo's 'Connection closed by peer' traceback."""
+    bible_recipe(tmp_path, train={**TRAIN, "max_steps": 8, "valid_every": 4, "save_every": 4})
+    checkpoints = tmp_path / "runs" / "tiny" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "checkpoint_best.pt").symlink_to("/dev/full")
+    done = run_mtkit(["train", "tiny.yaml", "--until", "train", "--nproc", "2"], cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "checkpoint_best.pt: cannot write (No space left on device)" in done.stderr
+    assert "[rank 1] mtkit: error: another rank ended the job" in done.stderr, done.stderr
