@@ -52,5 +52,5 @@ class RankGone(MtkitError):
     exit_code = 1
 
     def __init__(self) -> None:
-        super().__init__("another rank ended the job (its own error says why); this rank stops "
-                         "too; the run resumes from its last checkpoint")
+        super().__init__("another rank ended the job (its own error says why); this rank "
+                         "stops too; the run resumes from its last checkpoint")
