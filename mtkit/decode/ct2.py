@@ -278,8 +278,11 @@ class CTranslate2Engine:
     # are in: mtkit's `top`, in effect. `early`, the default, is accepted for it.
     stop_rules = ("early", "top")
 
-    def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0):
+    def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0,
+                 quantize: str = "none"):
         self.model_dir, self.device, self.threads = model_dir, device, threads
+        # --quantize int8: CTranslate2 rounds a float32 export at load as an int8 export is
+        self.compute_type = "int8" if quantize == "int8" else "default"
         self.cores = usable_cores()
         self._translators: dict[tuple[int, int], object] = {}
         self.translator_for(1)
@@ -300,7 +303,7 @@ class CTranslate2Engine:
         if translator is None:
             translator = _ctranslate2().Translator(
                 str(self.model_dir), device=self.device, inter_threads=inter,
-                intra_threads=intra)
+                intra_threads=intra, compute_type=self.compute_type)
             self._translators[inter, intra] = translator
         return translator
 
@@ -423,7 +426,8 @@ class CTranslate2Engine:
         with _SEEDING:
             ctranslate2.set_random_seed(opts.seed)
             fresh = ctranslate2.Translator(str(self.model_dir), device=self.device,
-                                           inter_threads=1, intra_threads=intra)
+                                           inter_threads=1, intra_threads=intra,
+                                           compute_type=self.compute_type)
             results = fresh.translate_batch(
                 tokens, beam_size=1, num_hypotheses=draws, sampling_topk=topk,
                 sampling_topp=rule.p if rule.kind == "topp" else 1.0,

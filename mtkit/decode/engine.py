@@ -183,7 +183,7 @@ def load_engine(paths: Sequence[Path], engine: str = "auto", quantize: str = "no
     if engine == "ctranslate2" or (engine == "auto" and any(exported)):
         if len(paths) != 1 or not exported[0]:
             raise ConfigError("--engine ctranslate2 takes one directory written by `mtkit export`")
-        return ct2.CTranslate2Engine(paths[0], device.type, threads)
+        return ct2.CTranslate2Engine(paths[0], device.type, threads, quantize)
     if quantize == "int8" and device.type != "cpu":
         raise ConfigError("--quantize int8 runs on the CPU; use --device cpu")
     return TorchEngine.load(paths, device, quantize)

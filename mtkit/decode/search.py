@@ -113,9 +113,10 @@ def max_lengths(
     the floor of 1 lets even a degenerate a = b = 0 run one step (and emit EOS).
     """
     lengths = torch.as_tensor(src_lengths)
-    # float64 and truncation reproduce Python's int(a * len + b) exactly
-    caps = (lengths.double() * max_len_a + max_len_b).trunc().long()
-    return caps.clamp(min=1, max=max_positions - 1)
+    # float64 and truncation reproduce Python's int(a * len + b) exactly; clamped before
+    # the int64 conversion, which would turn a cap beyond it (--max-len-b 1e20) negative
+    caps = lengths.double() * max_len_a + float(max_len_b)
+    return caps.clamp(min=1, max=max_positions - 1).trunc().long()
 
 
 def target_caps(models: SearchModel | Sequence[SearchModel], src: Tensor, a: float, b: int,

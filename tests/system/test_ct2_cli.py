@@ -69,3 +69,25 @@ def test_info_on_an_export_names_the_model_it_came_from(reverse_model, tmp_path,
     expect_error(mtkit_cli(["import", "exported", "-o", "again.pt"], cwd=tmp_path),
                  "exported: a CTranslate2 export", "not a Hugging Face model")
     assert not (tmp_path / "again.pt").exists()
+
+
+def test_quantize_int8_on_a_float32_export_decodes_in_int8(reverse_model, tmp_path, mtkit_cli):
+    """`--quantize int8` with an export is CTranslate2's int8: a float32 export then scores
+    as the int8 export of the same model does (CTranslate2 rounds its weights at load), not
+    as float32 (the option was silently ignored)."""
+    model, test_src = reverse_model
+    for quantization in ("float32", "int8"):
+        done = mtkit_cli(["export", "-m", model, "-o", quantization, "--quantize", quantization],
+                         cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    source = "".join(test_src.read_text().splitlines(keepends=True)[:10])
+
+    def scores(export: str, *extra: str) -> str:
+        done = mtkit_cli(["translate", "-m", export, "--scores", "--threads", "1", *extra],
+                         cwd=tmp_path, input=source)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    int8 = scores("int8")
+    assert scores("float32") != int8  # the rounding shows in the scores
+    assert scores("float32", "--quantize", "int8") == int8

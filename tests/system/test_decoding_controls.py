@@ -75,3 +75,17 @@ def test_invalid_utf8_in_a_prefix_file_is_warned_with_its_lines(tmp_path, mtkit_
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == COUNT
     assert "--prefix prefix.txt: 1 line had invalid UTF-8 (first: line 1)" in result.stderr
+
+
+@pytest.mark.parametrize("options", [["--max-len-b", str(10**20)], ["--max-len-a", "1e20"],
+                                     ["--max-len-b", str(2**63 - 1)]])
+def test_a_huge_length_cap_is_no_cap(options, tmp_path, mtkit_inprocess):
+    """A cap beyond int64 is the model's positions, as a cap of a million is: not a
+    traceback, nor one-token outputs (the cap overflowed int64 to below 1)."""
+    plain = mtkit_inprocess(["translate", "-m", MODEL, "-i", SOURCE, "--quiet", "--beam",
+                             "1", "--max-len-a", "0", "--max-len-b", "1000000"], tmp_path)
+    huge = mtkit_inprocess(["translate", "-m", MODEL, "-i", SOURCE, "--quiet", "--beam", "1",
+                            *options], tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert huge.returncode == 0, huge.stderr
+    assert huge.stdout == plain.stdout

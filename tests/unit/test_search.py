@@ -71,6 +71,10 @@ def test_max_lengths():
     assert max_lengths([0, 5, 10], 1.2, 10, 1024).tolist() == [10, 16, 22]  # int(1.2*10+10)
     assert max_lengths([0, 5, 10], 1.2, 10, 20).tolist() == [10, 16, 19]  # max_positions - 1
     assert max_lengths([3], 0.0, 0, 20).tolist() == [1]
+    # caps beyond int64 are the model's positions, not an overflow below the floor of 1
+    assert max_lengths([3], 1e300, 0, 20).tolist() == [19]
+    assert max_lengths([3], 1.0, 10**20, 20).tolist() == [19]
+    assert max_lengths([3], 0.0, 2**63 - 1, 20).tolist() == [19]
 
 
 # --------------------------------------------------------------------------- known answers
