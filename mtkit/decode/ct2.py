@@ -2,8 +2,8 @@
 
 Needs the optional extra `pip install 'mtkit[ct2]'`. The export goes through
 CTranslate2's Python model specification: build the spec, fill every weight, validate
-(ct2_spec.py), quantise, save. The directory also holds the SentencePiece model(s) and the recipe, so
-`mtkit translate -m DIR` needs nothing else.
+(ct2_spec.py), quantise, save. The directory also holds the SentencePiece model(s) and the
+recipe, so `mtkit translate -m DIR` needs nothing else.
 """
 
 from __future__ import annotations
