@@ -78,6 +78,10 @@ TranslateThreadsOpt = typer.Option(
     "batch (CTranslate2: one thread for small batches, all cores for large; torch: all "
     "cores). N: N intra-op threads."
 )
+ServeThreadsOpt = typer.Option(
+    0, "--threads", metavar="N", min=0, max=MAX_THREADS, help="CPU threads of each worker "
+    "(0: the cores shared out among the workers and processes; a CTranslate2 export: chosen "
+    "per batch).")
 ShardOpt = typer.Option(
     None, "--shard", metavar="I/N", help="Translate only share I (from 0) of N contiguous "
     "shares of --input's lines, e.g. one job of an array (torchrun shares by rank itself)."
@@ -256,10 +260,7 @@ def serve(
     tgt_lang: str | None = TgtLangOpt,
     max_tokens: int = MaxTokensOpt,
     device: str = DeviceOpt,
-    threads: int = typer.Option(0, "--threads", metavar="N", min=0, max=MAX_THREADS,
-                                help="CPU threads of each worker (0: the cores shared out "
-                                "among the workers and processes; a CTranslate2 export: "
-                                "chosen per batch)."),
+    threads: int = ServeThreadsOpt,
     workers: int = WorkersOpt,
     processes: int = ProcessesOpt,
     quantize: str = QuantizeOpt,

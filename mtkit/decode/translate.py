@@ -54,13 +54,10 @@ class Translator:
 
         translator.translate("Hola.", src_lang="es", tgt_lang="fr")
 
-    `document` (mtkit.document.pipeline.DocumentOptions, from the decode settings
-    `split`, `protect`, `protect_rules`, `protect_regex`): sentence splitting (off by
-    default) and placeholder protection (on by default) for `translate`,
-    `translate_aligned` and `translate_documents`, which apply them to the best
-    translation without prefixes (with `nbest` > 1 or prefixes, lines go as they are):
-
-        Translator.load("model.pt", split=True, protect_rules=("number",))
+    `document` (DocumentOptions, from the decode settings `split`, `protect`,
+    `protect_rules`, `protect_regex`; `Translator.load("model.pt", split=True)`): sentence
+    splitting (off by default) and placeholder protection (on by default) for the best
+    translation without prefixes (with `nbest` > 1 or prefixes, lines go as they are).
     """
 
     def __init__(self, engine: Engine, settings: DecodeConfig | None = None,
@@ -79,8 +76,7 @@ class Translator:
         self.max_tokens = max_tokens
         self.max_source = engine.max_source
         self.stats = Stats()
-        self.lines_done = 0  # input lines so far: the default number of the next (not
-        # stats.sentences, which counts a split line's sentences)
+        self.lines_done = 0  # input lines so far (stats.sentences counts sentences)
         langs = engine.recipe.data.langs
         self.document = DocumentOptions(
             split=settings.split, src_lang=langs.src, tgt_lang=langs.tgt,
@@ -102,8 +98,7 @@ class Translator:
 
     @property
     def chosen_langs(self) -> tuple[str | None, str | None]:
-        """A multilingual model's pair for calls that name none, as `choose_langs` takes
-        it; (None, None) for a model of one pair."""
+        """`choose_langs`'s pair ((None, None) for a model of one pair)."""
         return self.tokenizer.langs or (None, None)
 
     @property
@@ -138,9 +133,8 @@ class Translator:
                              resolve_device(device), threads)
         settings = _checked_settings(loaded, decode, option_names)
         translator = cls(loaded, settings, max_tokens, tag)
-        names = option_names or {}
-        translator.choose_langs(src_lang, tgt_lang, (names.get("src_lang", "src_lang"),
-                                                     names.get("tgt_lang", "tgt_lang")))
+        names = {"src_lang": "src_lang", "tgt_lang": "tgt_lang", **(option_names or {})}
+        translator.choose_langs(src_lang, tgt_lang, (names["src_lang"], names["tgt_lang"]))
         return translator
 
     @overload
