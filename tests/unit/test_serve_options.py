@@ -3,11 +3,13 @@ options out of range, each one line on stderr and exit 2."""
 
 from __future__ import annotations
 
+import socket
 import sys
 
 import pytest
 
 from mtkit.errors import ConfigError
+from mtkit.serve.processes import bind_group
 from mtkit.serve.server import web_server
 
 
@@ -48,3 +50,28 @@ def test_the_command_without_the_extra_is_one_line_and_exit_2(
 def test_options_out_of_range(args, needle, mtkit_inprocess, expect_error, tmp_path):
     result = mtkit_inprocess(["serve", "-m", "model.pt", *args], tmp_path)
     expect_error(result, needle)
+
+
+def _port_left_in_time_wait() -> int:
+    """A loopback port whose listener has closed, with a connection of it that the server
+    side closed first: in TIME_WAIT, as after a server stopped with clients connected."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server's side closes first: its end waits in TIME_WAIT
+        client.recv(1)
+        client.close()
+    return port
+
+
+def test_processes_bind_a_port_a_stopped_server_has_just_left():
+    """serve --processes N right after a server on that port stopped (its connections in
+    TIME_WAIT, for a minute) binds, as one process does (create_server's SO_REUSEADDR);
+    a port another socket listens on is still refused."""
+    port = _port_left_in_time_wait()
+    for sock in bind_group("127.0.0.1", port, 2):
+        sock.close()
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        with pytest.raises(ConfigError, match="Address already in use"):
+            bind_group("127.0.0.1", taken.getsockname()[1], 2)
