@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from mtkit.decode.choices import DecodeChoices
+from mtkit.decode.stats import counted
 from mtkit.document.split import require_splitter
 from mtkit.errors import ConfigError
 from mtkit.runtime.devices import threads_each
@@ -154,7 +155,7 @@ def serve_here(options: ServeOptions, sock: socket.socket, report: Any = None) -
     server = uvicorn.Server(config)
     _forward_uvicorn_logs()
     if options.workers > 1 and report is None:  # before the line that says the server is up
-        log.info("%d model workers, %d threads each", options.workers, threads)
+        log.info("%d model workers, %s each", options.workers, counted(threads, "thread"))
     src, tgt = service.translator.langs
     served = f"{' + '.join(map(str, options.models))} ({src} -> {tgt})"
     if report is None:

@@ -446,7 +446,7 @@ def test_two_workers_answer_as_translate_and_stop_cleanly(model, tmp_path, expec
     tests show they do); every answer is still translate's, and SIGTERM still exits 0."""
     server = start_server(tmp_path, model, "--workers", "2", "--batch-window-ms", "30")
     try:
-        assert "2 model workers, 1 threads each" in server.stderr()
+        assert "2 model workers, 1 thread each" in server.stderr()
         failures = mixed_clients(server, expected, clients=8, rounds=4)
         assert not failures, "\n".join(failures)
         server.process.send_signal(signal.SIGTERM)
