@@ -92,7 +92,8 @@ def check_options(options: ServeOptions) -> None:
         raise ConfigError(f"--max-lines {limits.max_lines} exceeds --max-queue "
                           f"{limits.max_queue}: such a request could never be queued")
     if options.api_key is not None and not options.api_key.strip():
-        raise ConfigError("--api-key: empty; give a key, or leave the option out")
+        raise ConfigError("--api-key (or MTKIT_API_KEY): empty; give a key, or leave both "
+                          "out to serve without one")
     for origin in options.cors_origins:  # a browser sends scheme://host[:port], no path
         if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
             raise ConfigError(f"--cors-origin {origin}: expected * or an origin such as "

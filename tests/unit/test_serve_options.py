@@ -41,7 +41,7 @@ def test_the_command_without_the_extra_is_one_line_and_exit_2(
     (["--max-tokens", "0"], "'--max-tokens': Input should be greater than or equal to 1"),
     (["--max-lines", "100", "--max-queue", "10"],
      "--max-lines 100 exceeds --max-queue 10: such a request could never be queued"),
-    (["--api-key", " "], "--api-key: empty"),
+    (["--api-key", " "], "--api-key (or MTKIT_API_KEY): empty"),
     (["--workers", "0"], "--workers 0: out of range; expected between 1 and 64"),
     (["--cors-origin", "app.example.org"], "--cors-origin app.example.org: expected * or an "
                                            "origin such as https://app.example.org"),
@@ -50,6 +50,15 @@ def test_the_command_without_the_extra_is_one_line_and_exit_2(
 def test_options_out_of_range(args, needle, mtkit_inprocess, expect_error, tmp_path):
     result = mtkit_inprocess(["serve", "-m", "model.pt", *args], tmp_path)
     expect_error(result, needle)
+
+
+def test_an_empty_key_in_the_environment_is_refused(mtkit_inprocess, expect_error, tmp_path,
+                                                    monkeypatch):
+    """MTKIT_API_KEY= (a secret that did not reach the environment, say) is refused as an
+    empty --api-key is, not a server that takes requests without a key."""
+    monkeypatch.setenv("MTKIT_API_KEY", "")
+    result = mtkit_inprocess(["serve", "-m", "model.pt"], tmp_path)
+    expect_error(result, "--api-key (or MTKIT_API_KEY): empty")
 
 
 def _port_left_in_time_wait() -> int:
