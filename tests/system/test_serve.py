@@ -212,6 +212,23 @@ def test_native_answers_with_nbest_and_scores_equal_translate(server, expected):
     assert answer["truncated"] == 1
 
 
+def test_a_prefix_cut_to_the_model_counts_as_truncated(server, model, tmp_path):
+    """A prefix longer than the model's positions is cut as `translate --prefix` cuts it,
+    and counted in `truncated` as translate's summary counts it (an empty line's is not:
+    the line stays empty)."""
+    long_prefix = " ".join(["the"] * 80)  # more pieces than the tiny model's 63
+    body = {"text": ["Hola.", "", "Hola."], "prefix": [long_prefix, long_prefix, ""]}
+    status, answer = server.post("/v1/translate", body)
+    assert status == 200, answer
+    (tmp_path / "in.txt").write_text("Hola.\n\nHola.\n", encoding="utf-8")
+    (tmp_path / "prefix.txt").write_text(f"{long_prefix}\n{long_prefix}\n\n", encoding="utf-8")
+    result = run_mtkit(["translate", "-m", model, "-i", "in.txt", "--prefix", "prefix.txt",
+                        "--threads", "1"], tmp_path)
+    assert "1 input truncated" in result.stderr, result.stderr
+    assert [line["text"] for line in answer["translations"]] == result.stdout.splitlines()
+    assert answer["truncated"] == 1
+
+
 def test_alignments_answer_as_translate(server, model, tmp_path):
     """/v1/translate's alignments are `mtkit translate --alignments`'s links, n-best and
     subword too; lines of a request without them share the batch and get none."""
