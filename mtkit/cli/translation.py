@@ -292,7 +292,9 @@ def serve(
         tag=tag,
         src_lang=src_lang, tgt_lang=tgt_lang, quantize=quantize,
         device=device, threads=threads, workers=workers, processes=processes, engine=engine,
-        max_tokens=max_tokens, batch_window_ms=batch_window_ms, limits=limits, api_key=api_key,
+        max_tokens=max_tokens, batch_window_ms=batch_window_ms, limits=limits,
+        # click reads an empty MTKIT_API_KEY as unset: given on, it is refused, not no key
+        api_key=os.environ.get("MTKIT_API_KEY") if api_key is None else api_key,
         cors_origins=tuple(cors_origin or ()),
     ))
 

@@ -304,7 +304,7 @@ def native_request(payload: Any, limits: Limits) -> NativeRequest:
     if not isinstance(scores, bool):
         raise RequestError(422, f"scores: expected true or false, got {_kind(scores)}")
     return NativeRequest(tuple(lines), body.get("beam"), body.get("lenpen"), body.get("nbest"),
-                         scores, _prefixes(body.get("prefix"), len(lines)),
+                         scores, _prefixes(body.get("prefix"), len(lines), limits),
                          body.get("sampling"), body.get("temperature"), body.get("seed"),
                          _alignments(body), _document(body, limits))
 
@@ -365,8 +365,9 @@ def _alignments(body: dict[str, Any]) -> str | None:
     return (unit or "word") if wanted else None
 
 
-def _prefixes(value: Any, lines: int) -> tuple[str, ...] | None:
-    """`prefix`: null, or one string per line of `text` ("" for none)."""
+def _prefixes(value: Any, lines: int, limits: Limits) -> tuple[str, ...] | None:
+    """`prefix`: null, or one string per line of `text` ("" for none), each a line of
+    at most `--max-chars` (encoded and forced as a target line is)."""
     if value is None:
         return None
     prefixes = _strings(value, "prefix")
@@ -376,6 +377,9 @@ def _prefixes(value: Any, lines: int) -> tuple[str, ...] | None:
     for index, prefix in enumerate(prefixes):
         if "\n" in prefix:
             raise RequestError(422, f"prefix[{index}]: holds a line break")
+        if len(prefix) > limits.max_chars:
+            raise RequestError(413, f"prefix[{index}] has {len(prefix)} characters: a line "
+                                    f"may have at most {limits.max_chars}")
     return tuple(prefixes)
 
 

@@ -251,7 +251,8 @@ async def _translate_lines(
 async def _translate(request: Request, service: Service, settings: DecodeConfig,
                      lines: list[SourceLine]) -> tuple[list[Translation] | None, int]:
     """(the lines' results, or None when the client left first; lines truncated)."""
-    lengths, truncated = service.source_lengths([line.text for line in lines])
+    lengths, truncated = service.source_lengths([line.text for line in lines],
+                                                [line.prefix for line in lines])
     results = await _queued(request, service, settings, lines, lengths)
     if results is not None:
         service.metrics.count_translated(len(lines), truncated, sum(lengths),

@@ -46,6 +46,9 @@ def bind_group(host: str, port: int, count: int) -> list[socket.socket]:
         for _ in range(count):
             sock = socket.socket(family, socket.SOCK_STREAM)
             sockets.append(sock)
+            # SO_REUSEADDR as create_server sets it for one process: a port whose last
+            # server just stopped (connections in TIME_WAIT, for a minute) binds again
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))
             port = sock.getsockname()[1]

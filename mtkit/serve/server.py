@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from mtkit.decode.choices import DecodeChoices
+from mtkit.decode.stats import counted
 from mtkit.document.split import require_splitter
 from mtkit.errors import ConfigError
 from mtkit.runtime.devices import threads_each
@@ -91,7 +92,8 @@ def check_options(options: ServeOptions) -> None:
         raise ConfigError(f"--max-lines {limits.max_lines} exceeds --max-queue "
                           f"{limits.max_queue}: such a request could never be queued")
     if options.api_key is not None and not options.api_key.strip():
-        raise ConfigError("--api-key: empty; give a key, or leave the option out")
+        raise ConfigError("--api-key (or MTKIT_API_KEY): empty; give a key, or leave both "
+                          "out to serve without one")
     for origin in options.cors_origins:  # a browser sends scheme://host[:port], no path
         if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
             raise ConfigError(f"--cors-origin {origin}: expected * or an origin such as "
@@ -154,7 +156,7 @@ def serve_here(options: ServeOptions, sock: socket.socket, report: Any = None) -
     server = uvicorn.Server(config)
     _forward_uvicorn_logs()
     if options.workers > 1 and report is None:  # before the line that says the server is up
-        log.info("%d model workers, %d threads each", options.workers, threads)
+        log.info("%d model workers, %s each", options.workers, counted(threads, "thread"))
     src, tgt = service.translator.langs
     served = f"{' + '.join(map(str, options.models))} ({src} -> {tgt})"
     if report is None:

@@ -103,18 +103,22 @@ class Service:
     # the web origins whose pages may call the API (CORS); none: only pages of this server
     cors_origins: tuple[str, ...] = ()
 
-    def source_lengths(self, lines: list[str]) -> tuple[list[int], int]:
-        """(padded source tokens per line as the engine will see it, lines truncated):
-        the batcher sizes its steps by these."""
+    def source_lengths(self, lines: list[str], prefixes: list[str]
+                       ) -> tuple[list[int], int]:
+        """(padded source tokens per line as the engine will see it, inputs truncated:
+        sources, and prefixes of non-empty lines, as translate's summary counts them):
+        the batcher sizes its steps by the lengths."""
         todo = [i for i, line in enumerate(lines) if line.strip()]
         lengths = [0] * len(lines)
         limit = self.translator.max_source
-        truncated = 0
-        encoded = self.translator.tokenizer.encode_src([lines[i] for i in todo]) if todo else []
+        tokenizer = self.translator.tokenizer
+        encoded = tokenizer.encode_src([lines[i] for i in todo]) if todo else []
         for index, ids in zip(todo, encoded):
-            truncated += len(ids) > limit
             lengths[index] = min(len(ids), limit) + 1  # + EOS
-        return lengths, truncated
+        forced = [prefixes[i] for i in todo if prefixes[i].strip()]
+        cut_prefixes = sum(len(ids) > limit for ids in tokenizer.encode_tgt(forced)) \
+            if forced else 0
+        return lengths, sum(len(ids) > limit for ids in encoded) + cut_prefixes
 
     def langs(self, pair: tuple[str | None, str | None] = (None, None)) -> tuple[str, str]:
         """The languages a request translates between: its pair's, else the server's."""

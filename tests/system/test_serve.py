@@ -212,6 +212,23 @@ def test_native_answers_with_nbest_and_scores_equal_translate(server, expected):
     assert answer["truncated"] == 1
 
 
+def test_a_prefix_cut_to_the_model_counts_as_truncated(server, model, tmp_path):
+    """A prefix longer than the model's positions is cut as `translate --prefix` cuts it,
+    and counted in `truncated` as translate's summary counts it (an empty line's is not:
+    the line stays empty)."""
+    long_prefix = " ".join(["the"] * 80)  # more pieces than the tiny model's 63
+    body = {"text": ["Hola.", "", "Hola."], "prefix": [long_prefix, long_prefix, ""]}
+    status, answer = server.post("/v1/translate", body)
+    assert status == 200, answer
+    (tmp_path / "in.txt").write_text("Hola.\n\nHola.\n", encoding="utf-8")
+    (tmp_path / "prefix.txt").write_text(f"{long_prefix}\n{long_prefix}\n\n", encoding="utf-8")
+    result = run_mtkit(["translate", "-m", model, "-i", "in.txt", "--prefix", "prefix.txt",
+                        "--threads", "1"], tmp_path)
+    assert "1 input truncated" in result.stderr, result.stderr
+    assert [line["text"] for line in answer["translations"]] == result.stdout.splitlines()
+    assert answer["truncated"] == 1
+
+
 def test_alignments_answer_as_translate(server, model, tmp_path):
     """/v1/translate's alignments are `mtkit translate --alignments`'s links, n-best and
     subword too; lines of a request without them share the batch and get none."""
@@ -446,7 +463,7 @@ def test_two_workers_answer_as_translate_and_stop_cleanly(model, tmp_path, expec
     tests show they do); every answer is still translate's, and SIGTERM still exits 0."""
     server = start_server(tmp_path, model, "--workers", "2", "--batch-window-ms", "30")
     try:
-        assert "2 model workers, 1 threads each" in server.stderr()
+        assert "2 model workers, 1 thread each" in server.stderr()
         failures = mixed_clients(server, expected, clients=8, rounds=4)
         assert not failures, "\n".join(failures)
         server.process.send_signal(signal.SIGTERM)

@@ -126,6 +126,8 @@ def test_bad_libretranslate_bodies(payload, status, needle):
     ({"text": ["a"], "prefix": "x"}, 422, "prefix: expected a list of strings"),
     ({"text": ["a"], "prefix": [3]}, 422, "prefix[0]: expected a string, got a number"),
     ({"text": ["a"], "prefix": ["x\ny"]}, 422, "prefix[0]: holds a line break"),
+    ({"text": ["a", "b"], "prefix": ["", "x" * 21]}, 413,
+     "prefix[1] has 21 characters: a line may have at most 20"),
     ({"text": ["a"], "sampel": "full"}, 422, "did you mean 'sampling'?"),
     ({"text": ["a"], "alignments": "word"}, 422, "alignments: expected true or false"),
     ({"text": ["a"], "alignments": True, "alignment_unit": "char"}, 422,
