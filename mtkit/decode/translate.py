@@ -364,7 +364,8 @@ def _checked_settings(engine: Engine, decode: dict[str, Any],
     if decode.get("stop") is not None and settings.stop not in engine.stop_rules:
         flag = (option_names or {}).get("stop", "stop")
         raise ConfigError(f"{flag} {settings.stop}: this engine stops only "
-                          f"{' or '.join(engine.stop_rules)}; use --engine torch")
+                          f"{' or '.join(engine.stop_rules)}; for {settings.stop}, "
+                          "translate with the mtkit model file (the torch engine)")
     return settings  # a recipe's stop the engine lacks: a warning (Translator())
 
 
