@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import unicodedata
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from mtkit.document.spans import Interval, ancestry
 
@@ -65,6 +66,14 @@ def path(parents: tuple[int, ...], element: int) -> tuple[int, ...]:
     return tuple(reversed(ancestry(parents, element)))
 
 
+class Writing(NamedTuple):
+    """What writing a run's words takes besides them: the source's entity spellings, and
+    the strings (placeholders) no tag may cut."""
+
+    entities: dict[str, str]
+    kept: tuple[str, ...]
+
+
 def write_run(run: Run, words: list[tuple[str, str]], spans: list[Interval],
               by_source: list[list[int]], entities: dict[str, str],
               kept: tuple[str, ...] = ()) -> str:
@@ -101,7 +110,7 @@ def write_run(run: Run, words: list[tuple[str, str]], spans: list[Interval],
         tokens += sorted(gaps[g], key=lambda t: (_stage(t.path, before, after), t.offset))
         if g < n:
             tokens.append(g)
-    return _write(run, tokens, words, word_paths, (entities, kept))
+    return _write(run, tokens, words, word_paths, Writing(entities, kept))
 
 
 def _wanted_gap(piece: Piece, by_source: list[list[int]], n_out: int) -> int:
@@ -157,8 +166,7 @@ def _stage(token_path: tuple[int, ...], before: tuple[int, ...], after: tuple[in
 
 
 def _write(run: Run, tokens: list[Token | int], words: list[tuple[str, str]],
-           word_paths: list[tuple[int, ...]], how: tuple[dict[str, str], tuple[str, ...]]
-           ) -> str:
+           word_paths: list[tuple[int, ...]], how: Writing) -> str:
     entities, kept = how
     out = [escape(run.lead, entities)]
     stack: tuple[int, ...] = ()
@@ -187,7 +195,7 @@ def _write(run: Run, tokens: list[Token | int], words: list[tuple[str, str]],
 
 
 def _open_word(run: Run, out: list[str], opening: list[int], word: str,
-               how: tuple[dict[str, str], tuple[str, ...]]) -> str:
+               how: Writing) -> str:
     """Open `opening` (outermost first) and write the word; its leading punctuation goes
     before the tags of the innermost elements whose source text did not start with
     punctuation (`¿<b>Quién</b>`), inside the others (`<b>¿Quién</b>`)."""
@@ -203,7 +211,7 @@ def _open_word(run: Run, out: list[str], opening: list[int], word: str,
 
 
 def _close(run: Run, out: list[str], closing: list[int], previous: Token | int | None,
-           written: str, how: tuple[dict[str, str], tuple[str, ...]]) -> None:
+           written: str, how: Writing) -> None:
     """Close `closing` (innermost first) after what was written last; a word's trailing
     punctuation goes after the end tags of the innermost elements whose source text did
     not end with punctuation (`<a>luz</a>.`)."""
