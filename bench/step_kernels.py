@@ -4,7 +4,8 @@ products, for each way mtkit can multiply a few rows by a layer's weights.
 A step of beam search over one sentence multiplies `--beam` rows by every linear layer of
 the decoder, in order, and then by the output projection. This times:
 
-- `step_us`: `decode_step` itself at position --position, fp32 and `--quantize int8`;
+- `step_us`: `decode_step` itself at position --position, fp32 and `--quantize int8`,
+  compiled as engines run it (TorchScript: model/step.py) and as plain Python;
 - `linears_us`: the same linear layers called in the same order with the same rows and
   nothing else between them, through each kernel: fp32 (decode_step's transposed
   weights), int8 through fbgemm (what int8 uses for few rows), int8 dequantised to fp32,
@@ -46,7 +47,7 @@ def step_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
 def linears_us(linears: list[torch.nn.Linear], rows: int, repeat: int) -> dict[str, float]:
     """Microseconds to call every layer once, in order, with `rows` rows, by kernel."""
     inputs = [torch.randn(rows, lin.in_features) for lin in linears]
-    kernels = {"fp32": [StepLinear(lin) for lin in linears],
+    kernels = {"fp32": [StepLinear.of(lin) for lin in linears],
                "int8_fp32": [int8.Int8Linear(lin, 10**12, "fp32") for lin in linears]}
     # no fp32 copy (fp32_work 0): every layer's few rows through fbgemm, where torch has it
     fbgemm = [int8.Int8Linear(lin, 0, "auto") for lin in linears]
@@ -63,9 +64,13 @@ def linears_us(linears: list[torch.nn.Linear], rows: int, repeat: int) -> dict[s
     return out
 
 
-def step_us(engine: TorchEngine, rows: int, position: int, repeat: int) -> float:
-    """Microseconds of one decode_step of `rows` rows at `position`, source of 40 tokens."""
+def step_us(engine: TorchEngine, rows: int, position: int, repeat: int, compiled: bool
+            ) -> float:
+    """Microseconds of one decode_step of `rows` rows at `position`, source of 40 tokens,
+    compiled or as plain Python."""
     model = engine.searched[0]
+    kept = model.weights.compiled
+    model.weights.compiled = kept if compiled else None
     src = torch.randint(10, 1000, (1, 40))
     memory, mask = model.encode(src)
     cache = model.init_cache(memory, mask, position + 2, rows)
@@ -77,7 +82,9 @@ def step_us(engine: TorchEngine, rows: int, position: int, repeat: int) -> float
         cache.step = position
         model.decode_step(tokens, cache)
     one_step()
-    return round(timeit.timeit(one_step, number=repeat) / repeat * 1e6, 1)
+    took = timeit.timeit(one_step, number=repeat) / repeat
+    model.weights.compiled = kept
+    return round(took * 1e6, 1)
 
 
 def main() -> None:
@@ -94,9 +101,10 @@ def main() -> None:
             engines = {q: TorchEngine.load([args.model], torch.device("cpu"), q)
                        for q in ("none", "int8")}
             results[str(threads)] = {
-                "step_us": {"fp32" if q == "none" else q: step_us(e, args.beam, args.position,
-                                                                  args.repeat)
-                            for q, e in engines.items()},
+                "step_us": {("fp32" if q == "none" else q) + suffix:
+                            step_us(e, args.beam, args.position, args.repeat, compiled)
+                            for q, e in engines.items()
+                            for suffix, compiled in (("", True), ("_plain", False))},
                 "linears_us": linears_us(step_linears(engines["none"].models[0]), args.beam,
                                          args.repeat),
             }

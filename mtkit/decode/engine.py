@@ -27,6 +27,7 @@ from mtkit.decode.search import STOP_RULES, Hypothesis, beam_search, greedy_sear
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.model.cache import DecoderCache
 from mtkit.model.checkpoint import Bundle, load_checkpoint
+from mtkit.model.step import StepWeights
 from mtkit.model.transformer import Transformer
 
 ENGINES = ("auto", "torch", "ctranslate2")
@@ -161,6 +162,8 @@ class InferenceModel:
     def __init__(self, model: Transformer) -> None:
         self.model = model
         self.weights = model.step_weights()
+        if isinstance(self.weights, StepWeights):  # (tests' stand-in models gather none)
+            self.weights.script()  # on the CPU: see step.py
         self.max_positions = model.max_positions
         # bound once: the search calls them directly, decode_step at every step
         self.encode, self.decode, self.decode_step = model.encode, model.decode, model.decode_step

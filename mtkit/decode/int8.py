@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from mtkit.errors import ConfigError
+from mtkit.model.step import StepLinear
 from mtkit.model.transformer import Transformer
 
 X_LEVELS = 127  # x is quantised to 0..127, not 0..255: see Int8Linear
@@ -111,10 +112,11 @@ class Int8Linear(nn.Module):
         # oneDNN's and fbgemm's own layouts, opaque objects: not buffers (no state_dict, no .to)
         self.packed = torch.ops.onednn.qlinear_prepack(quantized, None)
         self.fbgemm = _fbgemm_packed(quantized, scale, self.bias) if few == "auto" else None
-        self.dequantized = None  # (in, out), contiguous
+        self.dequantized: StepLinear | None = None  # held as decode_step holds fp32's
         small = self.fbgemm is None or self.size < FBGEMM_WORK
         if small and self.size <= self.fp32_work * torch.get_num_threads():
-            self.dequantized = (quantized.float() * scale[:, None]).t().contiguous()
+            dequantized = quantized.float() * scale[:, None]  # (out, in)
+            self.dequantized = StepLinear.laid_out(dequantized, self.bias)
 
     def _few_kernel(self) -> tuple[int, bool]:
         """At today's thread count: the most rows a call may have to take the few-rows
@@ -154,20 +156,23 @@ class Int8Linear(nn.Module):
             by_fbgemm = self._few_kernel()[1]
         if by_fbgemm:
             return _LINEAR_DYNAMIC(x, self.fbgemm, True)  # True: x in 7 bits
-        if self.bias is None:
-            return torch.mm(x, self.dequantized)
-        return torch.addmm(self.bias, x, self.dequantized)
+        return self.dequantized(x)
 
     def many_rows(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
-        # The range includes 0, so that zeros (padding, ReLU outputs) stay exact.
-        lo, hi = (float(v) for v in torch.aminmax(x))  # no wait on the CPU
-        lo, hi = min(lo, 0.0), max(hi, 0.0)
-        scale = max(hi - lo, 1e-8) / X_LEVELS
-        zero = round(-lo / scale)
-        qx = x.div(scale).round_().add_(zero).clamp_(0, X_LEVELS).to(torch.uint8)
-        return torch.ops.onednn.qlinear_pointwise(
-            qx, scale, zero, self.packed, self.w_scale, self.w_zero, self.bias,
-            1.0, 0, torch.float32, "none", [], "")  # output scale 1, zero 0: plain fp32
+        return onednn_linear(x, self.packed, self.w_scale, self.w_zero, self.bias)
+
+    def scriptable(self) -> nn.Module:
+        """This layer as the compiled decode step calls it (`step.scriptable_linear`): the
+        kernels this layer picks at today's thread count, fixed."""
+        most, by_fbgemm = self._few_kernel()
+        many = OneDnnLinear(self.packed, self.w_scale, self.w_zero, self.bias)
+        if by_fbgemm:
+            few: nn.Module = FbgemmLinear(self.fbgemm)
+        elif self.dequantized is not None:
+            few = self.dequantized
+        else:
+            few = many
+        return RowSplitLinear(few, many, most, self.out_features)
 
     def extra_repr(self) -> str:
         most, by_fbgemm = self._few_kernel()
@@ -194,3 +199,61 @@ def _fbgemm_packed(quantized: Tensor, scale: Tensor, bias: Tensor | None) -> Any
         return None
     finally:
         torch.backends.quantized.engine = engine
+
+
+def onednn_linear(x: Tensor, packed: Tensor, w_scale: Tensor, w_zero: Tensor,
+                  bias: Tensor | None, levels: int = X_LEVELS) -> Tensor:
+    """(rows, in) -> (rows, out) by oneDNN's int8 matmul, x quantised on the fly to
+    0..levels (`Int8Linear`'s many-rows kernel), in code TorchScript compiles (which reads
+    no module-level numbers: X_LEVELS comes in as a default)."""
+    # The range includes 0, so that zeros (padding, ReLU outputs) stay exact.
+    lo_hi = torch.aminmax(x)  # no wait on the CPU
+    lo, hi = min(float(lo_hi[0]), 0.0), max(float(lo_hi[1]), 0.0)
+    scale = max(hi - lo, 1e-8) / levels
+    zero = int(round(-lo / scale))
+    qx = x.div(scale).round_().add_(zero).clamp_(0, levels).to(torch.uint8)
+    return torch.ops.onednn.qlinear_pointwise(
+        qx, scale, zero, packed, w_scale, w_zero, bias,
+        1.0, 0, torch.float32, "none", [], "")  # output scale 1, zero 0: plain fp32
+
+
+class OneDnnLinear(nn.Module):
+    """`onednn_linear` on one layer's weights, for the compiled step."""
+
+    def __init__(self, packed: Tensor, w_scale: Tensor, w_zero: Tensor,
+                 bias: Tensor | None) -> None:
+        super().__init__()
+        self.packed, self.w_scale, self.w_zero, self.bias = packed, w_scale, w_zero, bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        return onednn_linear(x, self.packed, self.w_scale, self.w_zero, self.bias)
+
+
+class FbgemmLinear(nn.Module):
+    """fbgemm's dynamic int8 linear (x in 7 bits) on weights packed for it."""
+
+    def __init__(self, packed: Any) -> None:
+        super().__init__()
+        self.packed = packed
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self.packed, True)
+
+
+class RowSplitLinear(nn.Module):
+    """Calls of up to `few_max` rows to `few`, more to `many`: `Int8Linear.forward`'s
+    choice for (rows, in) inputs, its kernels fixed (`Int8Linear.scriptable`)."""
+
+    def __init__(self, few: nn.Module, many: nn.Module, few_max: int, out_features: int
+                 ) -> None:
+        super().__init__()
+        self.few, self.many = few, many
+        self.few_max, self.out_features = few_max, out_features
+
+    def forward(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
+        rows = x.size(0)
+        if rows == 0:  # oneDNN refuses an empty x
+            return x.new_zeros(0, self.out_features)
+        if rows <= self.few_max:
+            return self.few(x)
+        return self.many(x)

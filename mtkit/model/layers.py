@@ -16,8 +16,6 @@ from torch import Tensor, nn
 
 from mtkit.config import ModelConfig
 
-NEG_INF = float("-inf")
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -82,17 +80,27 @@ def attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, dropout_p: f
     torch's fused kernel, except in two cases where plain batched matmuls win
     (docs/benchmarks.md): in bf16 on a CPU, where the fused kernel (its backward above all)
     is several times slower than in fp32 while bf16 matmuls run on the matrix units; and in
-    a decode step of a large batch, many rows with few queries each (one, or `beam` in
-    cross-attention), where the fused kernel, built for long query blocks, pays a fixed
-    cost per row.
+    a decode step of a large batch (`inference_attention`).
     """
-    rows, queries = q.size(0), q.size(2)
+    if not dropout_p and not causal:
+        return inference_attention(q, k, v, keep)
     if q.dtype == torch.bfloat16 and not q.is_cuda:
         return explicit_attention(q, k, v, keep, dropout_p, causal)
-    if dropout_p or causal or q.is_cuda or queries > 8 or rows * queries < 64:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
-                                              is_causal=causal)
-    return explicit_attention(q, k, v, keep, 0.0, False)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
+                                          is_causal=causal)
+
+
+def inference_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None) -> Tensor:
+    """`attention` without dropout or a causal mask, in code TorchScript compiles (the
+    scripted decode step calls it). Besides bf16 on a CPU, plain matmuls serve a decode
+    step of a large batch, many rows with few queries each (one, or `beam` in
+    cross-attention), where the fused kernel, built for long query blocks, pays a fixed
+    cost per row."""
+    rows, queries = q.size(0), q.size(2)
+    bf16_cpu = q.dtype == torch.bfloat16 and not q.is_cuda
+    if not bf16_cpu and (q.is_cuda or queries > 8 or rows * queries < 64):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    return attention_weights(q, k, keep) @ v
 
 
 def explicit_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None,
@@ -101,7 +109,7 @@ def explicit_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None,
     weights = attention_weights(q, k, keep, causal)
     if dropout_p:
         weights = dropout(weights, dropout_p)
-    return weights @ v  # (B, H, Tq, dh)
+    return weights @ v
 
 
 def attention_weights(q: Tensor, k: Tensor, keep: Tensor | None, causal: bool = False
@@ -110,10 +118,11 @@ def attention_weights(q: Tensor, k: Tensor, keep: Tensor | None, causal: bool = 
     Tk), each row summing to 1 over the keys it may see."""
     scores = q @ k.transpose(-1, -2) * q.size(-1) ** -0.5  # (B, H, Tq, Tk)
     if causal:  # query i sees keys 0..i
-        tq, tk = scores.shape[-2:]
-        keep = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril_()
+        keep = torch.ones(scores.size(-2), scores.size(-1), dtype=torch.bool,
+                          device=q.device).tril_()
     if keep is not None:
-        scores = scores.masked_fill(~keep, NEG_INF)
+        # -inf written out: TorchScript reads no module-level floats
+        scores = scores.masked_fill(~keep, float("-inf"))
     return scores.softmax(dim=-1)
 
 

@@ -3,123 +3,208 @@
 decode_step runs one new position per row, a handful of rows when one sentence is
 translated. There the step is bound by reading the weights and by launching operators,
 not by arithmetic, so it has its own path: (rows, D) tensors throughout, one copy writes
-a position's K and V into the cache, no module calls, and on the CPU the weights are kept
-transposed (see StepLinear). `Transformer.decode` stays the reference it is tested against.
+a position's K and V into the cache, and on the CPU the weights are kept transposed (see
+StepLinear). `Transformer.decode` stays the reference it is tested against.
 
-`StepWeights` gathers what the step reads from the decoder's modules. It is a snapshot
-(the CPU's transposed weights are copies): whoever decodes builds it from the weights as
-they are then (an engine when it is made, `Transformer.init_cache` when given none), and
-nothing has to be told when the weights change later.
+`StepWeights` gathers what the step reads from the decoder's modules, and its forward is
+the step. It is a snapshot (the CPU's transposed weights are copies): whoever decodes
+builds it from the weights as they are then (an engine when it is made,
+`Transformer.init_cache` when given none), and nothing has to be told when the weights
+change later.
+
+The step is written in the Python TorchScript compiles, so that an engine on the CPU can
+run it compiled (`StepWeights.script`): Python's own cost per operator, paid by the
+hundred at every step, is most of a small model's step. Run as plain Python it is the
+same computation; the modules' `__call__` is their forward, without nn.Module's hook
+machinery, which nothing sets on them.
 """
 
 from __future__ import annotations
 
-import functools
+import warnings
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mtkit.model.layers import DecoderLayer, attention, feed_forward, residual
+from mtkit.model.layers import DecoderLayer, inference_attention
 
 
-class StepLinear:
+class StepLinear(nn.Module):
     """A linear layer as decode_step applies it to (rows, in) inputs.
 
-    On the CPU the weight is held transposed, (in, out) and contiguous: MKL multiplies a
-    few rows by it faster than by nn.Linear's (out, in) layout (docs/benchmarks.md). The
-    copy costs memory the size of the decoder's weights, so other devices use the weight
-    as it is.
+    On the CPU the weight's memory is laid out transposed, (in, out) and contiguous: MKL
+    multiplies a few rows by it faster than by nn.Linear's (out, in) layout
+    (docs/benchmarks.md). `weight` is an (out, in) view of it, so that F.linear (one
+    operator, as plain Python and compiled: TorchScript would split an addmm in two,
+    rounding differently) multiplies by that memory as it lies. The copy costs memory the
+    size of the decoder's weights, so other devices use the weight as it is.
     """
 
-    def __init__(self, linear: nn.Linear) -> None:
-        weight = linear.weight.detach()
-        self.bias = None if linear.bias is None else linear.bias.detach()
-        self.transposed = weight.device.type == "cpu"
-        self.weight = weight.t().contiguous() if self.transposed else weight  # (in, out)
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        self.weight = weight  # (out, in)
+        self.bias = bias
 
-    def __call__(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
-        if not self.transposed:
-            return F.linear(x, self.weight, self.bias)
-        if self.bias is None:
-            return torch.mm(x, self.weight)
-        return torch.addmm(self.bias, x, self.weight)
+    @classmethod
+    def of(cls, linear: nn.Linear) -> StepLinear:
+        return cls.laid_out(linear.weight.detach(),
+                            None if linear.bias is None else linear.bias.detach())
+
+    @classmethod
+    def laid_out(cls, weight: Tensor, bias: Tensor | None) -> StepLinear:
+        """weight (out, in), copied into the CPU's layout on the CPU."""
+        if weight.device.type == "cpu":
+            weight = weight.t().contiguous().t()
+        return cls(weight, bias)
+
+    def forward(self, x: Tensor) -> Tensor:  # (rows, in) -> (rows, out)
+        return F.linear(x, self.weight, self.bias)
+
+    __call__ = forward
 
 
-def step_linear(module: nn.Module) -> Callable[[Tensor], Tensor]:
+def step_linear(module: nn.Module) -> nn.Module:
     """What decode_step calls for a linear: a StepLinear, or a replacement module (such as
     an int8 linear) as it is."""
-    return StepLinear(module) if type(module) is nn.Linear else module
+    return StepLinear.of(module) if type(module) is nn.Linear else module
 
 
-class LayerStep:
-    """One decoder layer's weights, gathered for `layer_step`."""
+def scriptable_linear(module: nn.Module) -> nn.Module:
+    """A step linear as the compiled step holds it. A linear whose kernel depends on
+    torch's thread count, which compiled code cannot ask, offers `scriptable()`: its
+    kernels fixed at today's threads."""
+    fixed = getattr(module, "scriptable", None)
+    return module if fixed is None else fixed()
 
-    def __init__(self, layer: DecoderLayer) -> None:
+
+class StepNorm(nn.Module):
+    """A LayerNorm's detached weights, applied as the module does."""
+
+    def __init__(self, norm: nn.LayerNorm) -> None:
+        super().__init__()
+        self.shape = list(norm.normalized_shape)
+        self.weight, self.bias = norm.weight.detach(), norm.bias.detach()
+        self.eps = norm.eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+
+    __call__ = forward
+
+
+LINEARS = ("qkv", "self_out", "q", "cross_out", "w_in", "w_out")  # a LayerStep's linears
+
+
+class LayerStep(nn.Module):
+    """One decoder layer's weights, gathered for the step; forward runs one new position
+    through the layer."""
+
+    def __init__(self, layer: DecoderLayer,
+                 linear: Callable[[nn.Module], nn.Module] = step_linear) -> None:
+        super().__init__()
         self.pre_norm = layer.pre_norm
         self.heads = layer.self_attn.heads
         self.activation = layer.ffn.activation
-        self.norms = [step_norm(n) for n in (layer.norm1, layer.norm2, layer.norm3)]
-        self.qkv, self.self_out = step_linear(layer.self_attn.qkv), step_linear(layer.self_attn.out)
-        self.q, self.cross_out = step_linear(layer.cross_attn.q), step_linear(layer.cross_attn.out)
-        self.w_in, self.w_out = step_linear(layer.ffn.w_in), step_linear(layer.ffn.w_out)
+        self.norm1, self.norm2, self.norm3 = (StepNorm(n) for n in (layer.norm1, layer.norm2,
+                                                                    layer.norm3))
+        self.qkv, self.self_out = linear(layer.self_attn.qkv), linear(layer.self_attn.out)
+        self.q, self.cross_out = linear(layer.cross_attn.q), linear(layer.cross_attn.out)
+        self.w_in, self.w_out = linear(layer.ffn.w_in), linear(layer.ffn.w_out)
 
+    def scriptable(self) -> LayerStep:
+        """This layer's weights (the same tensors) with `scriptable_linear`'s linears."""
+        copy = LayerStep.__new__(LayerStep)
+        nn.Module.__init__(copy)
+        for name in ("pre_norm", "heads", "activation", "norm1", "norm2", "norm3"):
+            setattr(copy, name, getattr(self, name))
+        for name in LINEARS:
+            setattr(copy, name, scriptable_linear(getattr(self, name)))
+        return copy
 
-def step_norm(norm: nn.LayerNorm) -> Callable[[Tensor], Tensor]:
-    """The LayerNorm as a plain function of its detached weights."""
-    return functools.partial(F.layer_norm, normalized_shape=norm.normalized_shape,
-                             weight=norm.weight.detach(), bias=norm.bias.detach(), eps=norm.eps)
+    def forward(self, x: Tensor, kv: Tensor, step: int, cross_k: Tensor, cross_v: Tensor,
+                src_keep: Tensor | None) -> Tensor:
+        """x (rows, D) -> (rows, D). kv: the layer's self-attention buffer (2, >= rows, H,
+        max_len, dh), K and V of the positions < step filled; this position's are written
+        at `step`. cross_k/cross_v (n, H, S, dh) for n sentences of rows / n beam rows
+        each. The residual blocks as `layers.residual` runs them at inference."""
+        h = self.norm1(x) if self.pre_norm else x
+        y = self.self_attention(h, kv, step)
+        x = x + y if self.pre_norm else self.norm1(x + y)
+        h = self.norm2(x) if self.pre_norm else x
+        y = self.cross_attention(h, cross_k, cross_v, src_keep)
+        x = x + y if self.pre_norm else self.norm2(x + y)
+        h = self.norm3(x) if self.pre_norm else x
+        y = self.feed_forward(h)
+        return x + y if self.pre_norm else self.norm3(x + y)
 
+    __call__ = forward
 
-def layer_step(w: LayerStep, x: Tensor, kv: Tensor, step: int, cross_k: Tensor,
-               cross_v: Tensor, src_keep: Tensor | None) -> Tensor:
-    """One new position through one decoder layer: x (rows, D) -> (rows, D).
-
-    kv: the layer's self-attention buffer (2, >= rows, H, max_len, dh), K and V of the
-    positions < step filled; this position's are written at `step`. cross_k/cross_v
-    (n, H, S, dh) for n sentences of rows / n beam rows each.
-    """
-    rows, dim = x.shape
-    heads = w.heads
-
-    def self_attn(h: Tensor) -> Tensor:
-        qkv = w.qkv(h).view(rows, 3, heads, -1)  # (rows, 3, H, dh)
+    def self_attention(self, h: Tensor, kv: Tensor, step: int) -> Tensor:
+        rows, dim = h.size(0), h.size(1)
+        qkv = self.qkv(h).view(rows, 3, self.heads, -1)  # (rows, 3, H, dh)
         kv[:, :rows, :, step] = qkv[:, 1:].transpose(0, 1)  # K and V in one copy
         q = qkv[:, 0].unsqueeze(2)  # (rows, H, 1, dh)
         # every cached position is in the past: no mask
-        y = attention(q, kv[0, :rows, :, : step + 1], kv[1, :rows, :, : step + 1], None, 0.0)
-        return w.self_out(y.reshape(rows, dim))  # (rows, H, 1, dh) -> (rows, D): a view
+        y = inference_attention(q, kv[0, :rows, :, : step + 1], kv[1, :rows, :, : step + 1],
+                                None)
+        return self.self_out(y.reshape(rows, dim))  # (rows, H, 1, dh) -> (rows, D): a view
 
-    def cross_attn(h: Tensor) -> Tensor:
+    def cross_attention(self, h: Tensor, cross_k: Tensor, cross_v: Tensor,
+                        src_keep: Tensor | None) -> Tensor:
         # a sentence's beam rows are query positions against its one copy of K/V
-        n = cross_k.size(0)
-        q = w.q(h).view(n, rows // n, heads, -1).transpose(1, 2)  # (n, H, beam, dh)
-        y = attention(q, cross_k, cross_v, src_keep, 0.0)  # (n, H, beam, dh)
-        return w.cross_out(y.transpose(1, 2).reshape(rows, dim))
+        rows, dim, n = h.size(0), h.size(1), cross_k.size(0)
+        q = self.q(h).view(n, rows // n, self.heads, -1).transpose(1, 2)  # (n, H, beam, dh)
+        y = inference_attention(q, cross_k, cross_v, src_keep)  # (n, H, beam, dh)
+        return self.cross_out(y.transpose(1, 2).reshape(rows, dim))
 
-    def ffn(h: Tensor) -> Tensor:
-        return feed_forward(h, w.w_in, w.w_out, w.activation)
+    def feed_forward(self, h: Tensor) -> Tensor:  # `layers.feed_forward`, inference only
+        h = self.w_in(h)  # (rows, ffn) or (rows, 2*ffn)
+        if self.activation == "swiglu":
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        elif self.activation == "swish":
+            h = F.silu(h)
+        else:
+            h = F.relu(h, inplace=True)
+        return self.w_out(h)
 
-    # `residual` at inference: no dropout
-    x = residual(x, self_attn, w.norms[0], 0.0, w.pre_norm, False)
-    x = residual(x, cross_attn, w.norms[1], 0.0, w.pre_norm, False)
-    return residual(x, ffn, w.norms[2], 0.0, w.pre_norm, False)
+
+class StepEmbedding(nn.Module):
+    """One position's input to the decoder: table[token] * scale + positions[step], as
+    `Transformer._embed` computes it, without its module call and checks (decode_step
+    checks the position against its cache, which init_cache checked against the table)."""
+
+    def __init__(self, table: Tensor, scale: float, positions: Tensor) -> None:
+        super().__init__()
+        self.table = table  # (V, D)
+        self.scale = scale
+        self.positions = positions  # (max_positions, D)
+
+    def forward(self, tokens: Tensor, step: int) -> Tensor:  # (rows,) -> (rows, D)
+        return F.embedding(tokens, self.table).mul_(self.scale).add_(self.positions[step])
+
+    __call__ = forward
 
 
-
-class StepWeights:
+class StepWeights(nn.Module):
     """Everything of the decoder that decode_step reads: the target embedding
-    (`StepEmbedding`), per layer (`LayerStep`), the final norm (None after a post-norm
-    stack) and the output projection."""
+    (`StepEmbedding`), per layer (`LayerStep`), the final norm (nn.Identity after a
+    post-norm stack) and the output projection; forward is the step.
 
-    def __init__(self, embed: StepEmbedding, layers: list[LayerStep],
-                 final_norm: Callable[[Tensor], Tensor] | None,
-                 out_proj: Callable[[Tensor], Tensor]) -> None:
+    `script()` compiles the step for the thread count of the moment; `program()` is then
+    what to run: the compiled step while torch runs that many threads, else this module.
+    """
+
+    def __init__(self, embed: StepEmbedding, layers: list[LayerStep], final_norm: nn.Module,
+                 out_proj: nn.Module) -> None:
+        super().__init__()
         self.embed = embed
-        self.layers = layers
+        self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
         self.out_proj = out_proj
+        self.compiled: tuple[int, torch.jit.ScriptModule] | None = None  # (threads, step)
 
     @classmethod
     def gather(cls, embedding: nn.Embedding, scale: float, positions: Tensor,
@@ -132,19 +217,42 @@ class StepWeights:
         with torch.inference_mode(False), torch.no_grad():
             embed = StepEmbedding(embedding.weight.detach(), scale, positions.detach())
             return cls(embed, [LayerStep(layer) for layer in decoder],
-                       None if final_norm is None else step_norm(final_norm),
+                       nn.Identity() if final_norm is None else StepNorm(final_norm),
                        step_linear(out_proj))
 
+    def forward(self, tokens: Tensor, self_kv: Tensor, step: int, cross_k: list[Tensor],
+                cross_v: list[Tensor], src_keep: Tensor | None) -> Tensor:
+        """(rows,) tokens at position `step` -> fp32 logits (rows, V); self_kv (layers, 2,
+        R, H, max_len, dh) gets their K and V (see DecoderCache)."""
+        x = self.embed(tokens, step)  # (rows, D)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, self_kv[i], step, cross_k[i], cross_v[i], src_keep)
+        return self.out_proj(self.final_norm(x)).float()  # (rows, V)
 
-class StepEmbedding:
-    """One position's input to the decoder: table[token] * scale + positions[step], as
-    `Transformer._embed` computes it, without its module call and checks (decode_step
-    checks the position against its cache, which init_cache checked against the table)."""
+    __call__ = forward
 
-    def __init__(self, table: Tensor, scale: float, positions: Tensor) -> None:
-        self.table = table  # (V, D)
-        self.scale = scale
-        self.positions = positions  # (max_positions, D)
+    def script(self) -> bool:
+        """Compile the step with TorchScript for torch's thread count now, on the CPU;
+        False (and the step stays plain Python) on other devices, where it was not
+        measured, and where this torch cannot compile it."""
+        if self.embed.table.device.type != "cpu":
+            return False
+        copy = StepWeights(self.embed, [layer.scriptable() for layer in self.layers],
+                           self.final_norm, scriptable_linear(self.out_proj))
+        try:
+            with warnings.catch_warnings():
+                # torch 2.10+ calls TorchScript deprecated; it is still the one way torch
+                # runs a graph of small operators without Python between them
+                warnings.simplefilter("ignore")
+                compiled = torch.jit.script(copy)
+        except Exception:  # noqa: BLE001 (any failure leaves the plain step, which is correct)
+            return False
+        self.compiled = (torch.get_num_threads(), compiled)
+        return True
 
-    def __call__(self, tokens: Tensor, step: int) -> Tensor:  # (rows,) -> (rows, D)
-        return F.embedding(tokens, self.table).mul_(self.scale).add_(self.positions[step])
+    def program(self) -> Callable[..., Tensor]:
+        """The step to run now: the compiled one if it was compiled for today's threads."""
+        compiled = self.compiled
+        if compiled is not None and compiled[0] == torch.get_num_threads():
+            return compiled[1]
+        return self

@@ -37,7 +37,7 @@ from mtkit.model.layers import (
     keep_mask,
     sinusoidal_positions,
 )
-from mtkit.model.step import StepWeights, layer_step
+from mtkit.model.step import StepWeights
 
 
 class Transformer(nn.Module):
@@ -228,15 +228,11 @@ class Transformer(nn.Module):
         step = cache.step
         if step >= cache.max_len:
             raise ValueError(f"the cache holds {cache.max_len} positions; it is full")
-        weights = cache.weights
-        x = weights.embed(prev_tokens, step)  # (B, D)
-        for i, layer in enumerate(weights.layers):
-            x = layer_step(layer, x, cache.self_kv[i], step, cache.cross_k[i],
-                           cache.cross_v[i], cache.src_keep)
+        run = cache.weights.program()  # compiled where the engine compiled it
+        logits = run(prev_tokens, cache.self_kv, step, cache.cross_k, cache.cross_v,
+                     cache.src_keep)  # (B, V)
         cache.step = step + 1
-        if weights.final_norm is not None:
-            x = weights.final_norm(x)
-        return weights.out_proj(x).float()  # (B, V)
+        return logits
 
 
 def decoder_layer(model: Transformer, layer: int) -> int:

@@ -17,6 +17,7 @@ from mtkit.decode import int8 as int8_module
 from mtkit.decode.engine import TorchEngine
 from mtkit.decode.int8 import FEW_ROWS, FP32_WORK, Int8Linear, quantize_int8
 from mtkit.decode.translate import Translator
+from mtkit.model.step import StepWeights
 from mtkit.model.transformer import Transformer
 
 BOS, VOCAB = 1, 23
@@ -190,8 +191,10 @@ class WordTokenizer:
 def test_a_sentence_alone_translates_as_in_a_batch(monkeypatch, paths_taken, threads, few):
     """One sentence at beam 4 steps 4 rows, through the few-rows kernel (fp32, or
     fbgemm's); the same sentences in one batch step many rows, through oneDNN's: the same
-    translations, scores within int8's error."""
+    translations, scores within int8's error. (The step runs as plain Python here, so that
+    the spy sees its calls; the compiled step calls the same kernels: the test below.)"""
     torch.manual_seed(0)
+    monkeypatch.setattr(StepWeights, "script", lambda self: False)
     cfg = ModelConfig(enc_layers=1, dec_layers=2, d_model=32, heads=2, ffn_dim=64,
                       dropout=0.0, max_positions=64)
     model = Transformer(cfg, VOCAB, VOCAB, pad_id=SPECIALS.pad)
@@ -217,3 +220,32 @@ def test_a_sentence_alone_translates_as_in_a_batch(monkeypatch, paths_taken, thr
     assert [h.score for h in together] == pytest.approx([h.score for h in alone], abs=0.05)
     same = sum(a.tokens == b.tokens for a, b in zip(alone, together))
     assert same >= len(lines) - 1  # a near tie may fall the other way
+
+
+@pytest.mark.parametrize("few", ["fp32", pytest.param("auto", marks=needs_fbgemm)])
+@pytest.mark.parametrize("count", [1, 2])
+def test_the_compiled_int8_step_calls_the_kernels_the_plain_one_calls(monkeypatch, threads,
+                                                                        few, count):
+    """The compiled step fixes each layer's kernels at the threads it was compiled for
+    (`Int8Linear.scriptable`): its logits equal the plain step's bit for bit, for few rows
+    (fbgemm's or fp32) and for many (oneDNN's), at one thread and at two."""
+    torch.manual_seed(0)
+    threads(count)
+    monkeypatch.setattr(int8_module, "FP32_WORK", 32 * 96 * 3)  # fp32 up to 3 rows a thread
+    monkeypatch.setattr(int8_module, "FBGEMM_WORK", 32 * 96)  # the larger layers: fbgemm
+    model = quantize_int8(Transformer(TINY, VOCAB, VOCAB, pad_id=SPECIALS.pad).eval(), few=few)
+    weights = model.step_weights()
+    assert weights.script()
+    compiled = weights.compiled
+    for sentences in (1, 3, 9):  # 4, 12 and 36 rows at beam 4
+        src = torch.randint(4, VOCAB, (sentences, 5))
+        tokens = torch.randint(4, VOCAB, (sentences * 4, 3))
+        logits = []
+        with torch.inference_mode():
+            memory, pad = model.encode(src)
+            for run in (compiled, None):
+                weights.compiled = run
+                cache = model.init_cache(memory, pad, max_len=4, beam=4, weights=weights)
+                logits.append(torch.stack([model.decode_step(tokens[:, t], cache)
+                                           for t in range(3)]))
+        assert torch.equal(logits[0], logits[1]), sentences

@@ -256,13 +256,66 @@ def test_bf16_dropout_keeps_one_minus_p_and_the_mean():
 @pytest.mark.parametrize("rows", [1, 5, 70])
 @pytest.mark.parametrize("bias", [True, False])
 def test_step_linear_equals_the_module(rows, bias):
-    """decode_step's linears (the weight held transposed on the CPU) compute nn.Linear."""
+    """decode_step's linears (the weight laid out transposed on the CPU) compute nn.Linear."""
     linear = torch.nn.Linear(16, 48, bias=bias)
     x = torch.randn(rows, 16)
-    step = StepLinear(linear)
-    assert step.transposed and step.weight.shape == (16, 48) and step.weight.is_contiguous()
+    step = StepLinear.of(linear)
+    assert step.weight.shape == (48, 16) and step.weight.t().is_contiguous()
     with torch.no_grad():
         torch.testing.assert_close(step(x), linear(x), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cfg", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("sentences,beam", [(1, 2), (10, 8)])  # fused / explicit attention
+def test_the_compiled_step_equals_the_plain_one(cfg, sentences, beam):
+    """An engine runs decode_step compiled by TorchScript (StepWeights.script): every
+    position's logits equal the plain Python step's bit for bit, through a padded batch
+    and the cache reorders of a search."""
+    model = make_model(cfg)
+    src = tokens(*[2 + i % 6 for i in range(sentences)])
+    weights = model.step_weights()
+    assert weights.script() and weights.program() is not weights
+    rows = sentences * beam
+    steps = torch.randint(2, VOCAB, (rows, 6))
+    steps[:, 0] = BOS
+    reorders = [torch.randint(0, beam, (sentences, beam)) + torch.arange(sentences)[:, None]
+                * beam for _ in range(6)]
+    logits = {}
+    with torch.inference_mode():
+        memory, pad = model.encode(src)
+        for run in ("compiled", "plain"):
+            cache = model.init_cache(memory, pad, max_len=8, beam=beam, weights=weights)
+            if run == "plain":
+                weights.compiled = None
+            out = []
+            for t in range(6):
+                out.append(model.decode_step(steps[:, t], cache))
+                cache.reorder(reorders[t].view(-1))
+            logits[run] = torch.stack(out)
+    assert torch.equal(logits["compiled"], logits["plain"])
+
+
+def test_the_compiled_step_is_run_at_the_threads_it_was_compiled_for():
+    """Compiled code cannot ask torch's thread count (an int8 layer's kernel depends on
+    it): at another count the plain step runs; where TorchScript fails, the plain step."""
+    weights = make_model().step_weights()
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert weights.script() and weights.program() is not weights
+        torch.set_num_threads(2)
+        assert weights.program() is weights
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_step_torchscript_cannot_compile_stays_plain(monkeypatch):
+    def fails(module):
+        raise RuntimeError("not in this torch")
+
+    monkeypatch.setattr(torch.jit, "script", fails)
+    weights = make_model().step_weights()
+    assert not weights.script() and weights.program() is weights
 
 
 def test_decode_step_follows_changes_to_the_weights():
