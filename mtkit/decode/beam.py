@@ -5,6 +5,9 @@ done). `search.beam_search` drives them; its conventions (lengths, scores) are s
 
 from __future__ import annotations
 
+import functools
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +18,9 @@ from mtkit.decode.topk import top_k
 NEG_INF = float("-inf")
 
 STOP_RULES = ("early", "exact", "top")  # how beam search may end a sentence: sentence_done
+
+FinishedParts = tuple[Tensor, Tensor, Tensor, Tensor]  # Finished's fields, in order
+
 
 @dataclass
 class Finished:
@@ -37,18 +43,10 @@ class Finished:
             length=torch.zeros(n, size, dtype=torch.long, device=device),
         )
 
-    def merge(self, new: Finished) -> Finished:
-        """The best of both, as many as this holds, best first."""
-        score = torch.cat([self.score, new.score], dim=1)  # (n, size + beam)
-        best = score.topk(self.score.size(1), dim=1).indices  # (n, size)
-
-        def pick(a: Tensor, b: Tensor) -> Tensor:
-            both = torch.cat([a, b], dim=1)
-            index = best.view(*best.shape, *[1] * (both.dim() - 2)).expand(-1, -1, *both.shape[2:])
-            return both.gather(1, index)
-
-        return Finished(score.gather(1, best), pick(self.logprob, new.logprob),
-                         pick(self.seqs, new.seqs), pick(self.length, new.length))
+    @property
+    def parts(self) -> FinishedParts:
+        """The fields as a tuple, as the compiled beam step takes and gives them."""
+        return self.score, self.logprob, self.seqs, self.length
 
     def select(self, keep: Tensor) -> Finished:
         return Finished(self.score[keep], self.logprob[keep], self.seqs[keep], self.length[keep])
@@ -59,6 +57,20 @@ class Finished:
         self.seqs[rows], self.length[rows] = other.seqs, other.length
 
 
+def merge(held: FinishedParts, new: FinishedParts) -> FinishedParts:
+    """The best of both, as many as `held` holds, best first."""
+    score = torch.cat([held[0], new[0]], dim=1)  # (n, size + beam)
+    _, best = score.topk(held[0].size(1), dim=1)  # (n, size)
+    return (score.gather(1, best), _pick(held[1], new[1], best), _pick(held[2], new[2], best),
+            _pick(held[3], new[3], best))
+
+
+def _pick(a: Tensor, b: Tensor, best: Tensor) -> Tensor:
+    """Entries `best` (n, size) of a and b side by side along dim 1; a, b (n, ., [steps])."""
+    both = torch.cat([a, b], dim=1)
+    if both.dim() == 3:
+        return both.gather(1, best.unsqueeze(-1).expand(-1, -1, both.size(2)))
+    return both.gather(1, best)
 
 
 @dataclass
@@ -104,7 +116,7 @@ def top_candidates(logprob: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor,
     over all beam x V sums, with the same values, without writing the (n, beam*V) sums
     out: one pass fewer over a large batch's log-probs.
     """
-    n, beam, vocab = lprobs.shape
+    n, vocab = lprobs.size(0), lprobs.size(2)
     per_beam = min(count, vocab)
     best_lp, best_token = top_k(lprobs, per_beam)  # (n, beam, per_beam)
     total = (logprob.unsqueeze(-1) + best_lp).view(n, -1)  # (n, beam*per_beam)
@@ -112,34 +124,35 @@ def top_candidates(logprob: Tensor, lprobs: Tensor, count: int) -> tuple[Tensor,
     return value, index // per_beam, best_token.view(n, -1).gather(1, index)
 
 
-def finishing(beams: Beams, cand: tuple[Tensor, Tensor, Tensor], t: int, eos: int, pad: int,
-               lenpen: float) -> Finished | None:
+def finishing(value: Tensor, source: Tensor, token: Tensor, seqs: Tensor, offsets: Tensor,
+              caps: Tensor, t: int, eos: int, pad: int, lenpen: float
+              ) -> FinishedParts | None:
     """The candidates that end at step t: by EOS, or by reaching the sentence's cap.
 
-    Only the top `beam` candidates may end, as only they would be in the beam: an EOS
-    ranked below the beam is ignored. So beam=1 walks the greedy path and, with lenpen=0,
-    stops where greedy stops (with lenpen > 0 it may go on past greedy's EOS when a longer
-    ending could still score better per term).
+    value, source, token: the top `beam` candidates (n, beam), as only they would be in
+    the beam: an EOS ranked below the beam is ignored. So beam=1 walks the greedy path
+    and, with lenpen=0, stops where greedy stops (with lenpen > 0 it may go on past
+    greedy's EOS when a longer ending could still score better per term). seqs, offsets:
+    the live beams' (Beams).
 
     None when on the CPU none ends (most steps of a short batch): merging a table of -inf
     scores changes nothing, and asking costs the CPU no wait, so the step skips the copy
     and the merge. (On a GPU the question would be a second wait per step.)
     """
-    beam = beams.logprob.size(1)
-    value, source, token = (x[:, :beam] for x in cand)  # (n, beam)
     ended = token == eos
-    at_cap = beams.caps <= t + 1  # (n,)
+    at_cap = caps <= t + 1  # (n,)
     if nothing_ends(ended) and nothing_ends(at_cap):  # most steps: fewer operators
         return None
     ends = (ended | at_cap.unsqueeze(1)) & value.isfinite()
     if nothing_ends(ends):
         return None
     # Whether by EOS (t tokens + EOS) or at the cap (t + 1 tokens): t + 1 terms.
-    score = torch.where(ends, value / (t + 1) ** lenpen, NEG_INF)
+    score = torch.where(ends, value / float(t + 1) ** lenpen, float("-inf"))
     # (n, beam, steps): the source beam's tokens (a copy, BOS dropped) + the new one
-    seqs = beams.seqs[(beams.offsets + source).view(-1)].view(*source.shape, -1)[:, :, 1:]
-    seqs[:, :, t] = torch.where(ended, pad, token)
-    return Finished(score, value, seqs, t + 1 - ended.long())
+    ending = seqs[(offsets + source).view(-1)].view(source.size(0), source.size(1), -1)
+    ending = ending[:, :, 1:]
+    ending[:, :, t] = torch.where(ended, pad, token)
+    return score, value, ending, t + 1 - ended.long()
 
 
 def nothing_ends(ends: Tensor) -> bool:
@@ -147,23 +160,24 @@ def nothing_ends(ends: Tensor) -> bool:
     return ends.device.type == "cpu" and not bool(ends.any())
 
 
-def advance(beams: Beams, cand: tuple[Tensor, Tensor, Tensor], t: int,
-             eos: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The next live beams: the best `beam` candidates that do not end with EOS.
+def advance(value: Tensor, source: Tensor, token: Tensor, seqs: Tensor, offsets: Tensor,
+            t: int, eos: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The next live beams: the best `beam` candidates (n, 2*beam) that do not end with
+    EOS.
 
     Each beam has one EOS candidate, so at most `beam` of the 2*beam candidates are EOS and
     at least `beam` go on. They are placed as `parent_slots` says, not best first. Returns
     logprob (n, beam), seqs (n*beam, steps+1) and the (n*beam,) rows they come from (for
     reordering the decoder state).
     """
-    value, source, token = cand  # (n, 2*beam)
-    beam = beams.logprob.size(1)
+    beam = value.size(1) // 2
     # EOS candidates behind all others, the rest in their best-first order: a stable sort
     # of the EOS flags.
-    pick = (token == eos).sort(dim=1, stable=True).indices[:, :beam]  # (n, beam)
+    _, order = torch.sort(token == eos, dim=1, stable=True)
+    pick = order[:, :beam]  # (n, beam)
     pick = pick.gather(1, parent_slots(source.gather(1, pick)))  # into the parents' rows
-    rows = (beams.offsets + source.gather(1, pick)).view(-1)  # (n*beam,) source rows
-    seqs = beams.seqs[rows]
+    rows = (offsets + source.gather(1, pick)).view(-1)  # (n*beam,) source rows
+    seqs = seqs[rows]
     seqs[:, t + 1] = token.gather(1, pick).view(-1)
     return value.gather(1, pick), seqs, rows
 
@@ -204,9 +218,10 @@ def score_bound(logprob: Tensor, shortest: int, longest: Tensor, lenpen: float) 
     return torch.maximum(at_longest, at_shortest)
 
 
-def sentence_done(finished: Finished, logprob: Tensor, caps: Tensor, t: int, lenpen: float,
-                   stop: str) -> Tensor:
-    """(n,) True where the search of a sentence is over.
+def sentence_done(finished_score: Tensor, finished_logprob: Tensor, logprob: Tensor,
+                  caps: Tensor, t: int, lenpen: float, stop: str) -> Tensor:
+    """(n,) True where the search of a sentence is over, given its n-best so far (score and
+    logprob, as in Finished) and its live beams' logprob (n, beam).
 
     That is: the cap was reached; or no live beam is left; or `nbest` hypotheses have
     finished and the best live beam is not expected to beat the worst of them. A live beam
@@ -225,16 +240,48 @@ def sentence_done(finished: Finished, logprob: Tensor, caps: Tensor, t: int, len
       once its top-ranked candidate has ended). Equal to exact for lenpen 0 and nbest 1;
       with lenpen > 0 it gives up longer hypotheses that would score better per term.
     """
-    worst = finished.score[:, -1]  # -inf until `nbest` hypotheses have finished
-    best_live = logprob.max(dim=1).values
+    worst = finished_score[:, -1]  # -inf until `nbest` hypotheses have finished
+    best_live = logprob.amax(dim=1)
     if stop == "top":
-        # finished.logprob holds 0 in empty slots: take only those with a finite score
-        best_finished = torch.where(finished.score.isfinite(), finished.logprob, NEG_INF)
+        # finished logprobs hold 0 in empty slots: take only those with a finite score
+        best_finished = torch.where(finished_score.isfinite(), finished_logprob,
+                                    float("-inf"))
         return ((caps <= t + 1) | best_live.isneginf()
-                | (worst.isfinite() & (best_finished.max(dim=1).values >= best_live)))
+                | (worst.isfinite() & (best_finished.amax(dim=1) >= best_live)))
     if stop == "exact":
         bound = score_bound(best_live, t + 2, caps, lenpen)
     else:
         bound = best_live / float(t + 2) ** lenpen
     return (caps <= t + 1) | best_live.isneginf() | (worst.isfinite() & (bound <= worst))
 
+
+def beam_step(lprobs: Tensor, logprob: Tensor, seqs: Tensor, offsets: Tensor, caps: Tensor,
+              finished: FinishedParts, t: int, eos: int, pad: int, lenpen: float, stop: str
+              ) -> tuple[Tensor, Tensor, Tensor, Tensor, FinishedParts]:
+    """One step's bookkeeping, after the decoder: lprobs (n, beam, V) extend the live
+    beams (logprob, seqs, offsets, caps: Beams'); the ending candidates join `finished`.
+    Returns the new live logprob and seqs, the rows they come from, which sentences are
+    done (n,), and the n-best so far. In the Python TorchScript compiles (`compiled`):
+    its few dozen small operators are most of what a step of one sentence costs besides
+    the decoder."""
+    beam = logprob.size(1)
+    value, source, token = top_candidates(logprob, lprobs, 2 * beam)
+    ending = finishing(value[:, :beam], source[:, :beam], token[:, :beam], seqs, offsets,
+                       caps, t, eos, pad, lenpen)
+    if ending is not None:
+        finished = merge(finished, ending)
+    logprob, seqs, rows = advance(value, source, token, seqs, offsets, t, eos)
+    done = sentence_done(finished[0], finished[1], logprob, caps, t, lenpen, stop)
+    return logprob, seqs, rows, done, finished
+
+
+@functools.cache
+def compiled_beam_step() -> Callable[..., tuple[Tensor, Tensor, Tensor, Tensor, FinishedParts]]:
+    """`beam_step` compiled by TorchScript, once a process; the Python function where this
+    torch cannot compile it (the same operators, one at a time)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TorchScript's deprecation: see model/step.py
+            return torch.jit.script(beam_step)
+    except Exception:  # noqa: BLE001 (any failure leaves the Python step, which is correct)
+        return beam_step

@@ -44,10 +44,8 @@ from mtkit.decode.beam import (
     STOP_RULES,
     Beams,
     Finished,
-    advance,
-    finishing,
-    sentence_done,
-    top_candidates,
+    beam_step,
+    compiled_beam_step,
 )
 from mtkit.decode.prefix import ForcedPrefix
 
@@ -379,22 +377,22 @@ def beam_search(
     beams = Beams.start(caps, beam, nbest, steps, specials.start, pad)
     results = Finished.empty(batch, nbest, steps, src.device)  # by sentence
 
+    step = compiled_beam_step() if src.device.type == "cpu" else beam_step
     for t in range(steps):
         n = beams.rows.numel()
         lprobs = dec.log_probs(beams.seqs, t).view(n, beam, -1)  # (n, beam, V)
         if prefix is not None and t < prefix.width:
             lprobs = prefix.force_beams(lprobs, beams.logprob, t, beams.rows)
-        cand = top_candidates(beams.logprob, lprobs, 2 * beam)
-        ending = finishing(beams, cand, t, eos, pad, lenpen)
-        finished = beams.finished if ending is None else beams.finished.merge(ending)
-        logprob, seqs, rows = advance(beams, cand, t, eos)
-        done = sentence_done(finished, logprob, beams.caps, t, lenpen, stop)
-        beams = Beams(beams.rows, beams.caps, logprob, seqs, finished, beams.offsets)
+        logprob, seqs, rows, done, finished = step(
+            lprobs, beams.logprob, beams.seqs, beams.offsets, beams.caps,
+            beams.finished.parts, t, eos, pad, lenpen, stop)
+        beams = Beams(beams.rows, beams.caps, logprob, seqs, Finished(*finished),
+                      beams.offsets)
         keep = _kept_in_place(done)  # the step's one host-device sync
         if keep.numel() == n:
             dec.reorder(rows)
             continue
-        results.store(beams.rows, finished)  # final for the done; live ones are rewritten
+        results.store(beams.rows, beams.finished)  # final for the done; live ones rewritten
         if keep.numel() == 0:
             break
         beams = beams.select(keep)

@@ -22,23 +22,28 @@ MIN_LENGTH = 12_000
 MOST = 1 / 4
 
 
-def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+def top_k(x: Tensor, k: int, block: int = BLOCK, min_length: int = MIN_LENGTH,
+          most: float = MOST) -> tuple[Tensor, Tensor]:
     """(values, indices) of the k largest values along x's last axis, best first: the
     values of `x.topk(k)`, and its indices wherever the values differ (among equal values
-    either may name another of them)."""
+    either may name another of them). Written in the Python TorchScript compiles (the
+    compiled beam step calls it), which reads no module-level numbers: hence the
+    defaults."""
     length = x.size(-1)
-    blocks = length // BLOCK
-    if x.device.type != "cpu" or length < MIN_LENGTH or k * BLOCK > MOST * length:
-        return x.topk(k)
-    whole = blocks * BLOCK  # the values in whole blocks; a partial block after them
-    by_block = x[..., :whole].unflatten(-1, (blocks, BLOCK))  # (..., blocks, BLOCK)
-    best = by_block.amax(dim=-1).topk(k).indices  # (..., k) the k blocks
-    kept = by_block.gather(-2, best.unsqueeze(-1).expand(*best.shape, BLOCK)).flatten(-2)
+    blocks = length // block
+    if x.device.type != "cpu" or length < min_length or k * block > most * length:
+        values, indices = x.topk(k)
+        return values, indices
+    whole = blocks * block  # the values in whole blocks; a partial block after them
+    by_block = x[..., :whole].unflatten(-1, [blocks, block])  # (..., blocks, block)
+    _, best = by_block.amax(dim=-1).topk(k)  # (..., k) the k blocks
+    kept = by_block.gather(-2, best.unsqueeze(-1).expand(list(best.shape) + [block]))
+    kept = kept.flatten(-2)
     if whole < length:
-        kept = torch.cat([kept, x[..., whole:]], dim=-1)  # (..., k*BLOCK + partial)
+        kept = torch.cat([kept, x[..., whole:]], dim=-1)  # (..., k*block + partial)
     values, at = kept.topk(k)  # `at` indexes `kept`
-    block = at // BLOCK  # k and above: the partial block
-    indices = best.gather(-1, block.clamp(max=k - 1)) * BLOCK + at % BLOCK
+    in_block = at // block  # k and above: the partial block
+    indices = best.gather(-1, in_block.clamp(max=k - 1)) * block + at % block
     if whole < length:
-        indices = torch.where(block < k, indices, at - k * BLOCK + whole)
+        indices = torch.where(in_block < k, indices, at - k * block + whole)
     return values, indices

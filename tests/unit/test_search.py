@@ -228,8 +228,24 @@ def test_skipping_steps_where_nothing_ends_changes_nothing(stop, monkeypatch):
         skipping = beam_search([model], src, beam=3, nbest=2, lenpen=lenpen, stop=stop)
         with monkeypatch.context() as patch:
             patch.setattr(beam_rules, "nothing_ends", lambda ends: False)
+            patch.setattr(search, "compiled_beam_step", lambda: beam_rules.beam_step)
             merging = beam_search([model], src, beam=3, nbest=2, lenpen=lenpen, stop=stop)
         assert skipping == merging
+
+
+@pytest.mark.parametrize("stop", ["early", "exact", "top"])
+def test_the_compiled_beam_step_equals_the_python_one(stop, monkeypatch):
+    """On the CPU the search runs its bookkeeping compiled by TorchScript
+    (beam.compiled_beam_step): the same hypotheses, scores bit for bit, as the Python."""
+    assert search.compiled_beam_step() is not beam_rules.beam_step
+    src = sources(A, B, C, D, UNK)
+    for seed, lenpen, nbest in ((6, 0.0, 1), (7, 1.0, 3), (8, 0.6, 2)):
+        model = ScriptedModel(random_probs(seed))
+        compiled = beam_search([model], src, beam=3, nbest=nbest, lenpen=lenpen, stop=stop)
+        with monkeypatch.context() as patch:
+            patch.setattr(search, "compiled_beam_step", lambda: beam_rules.beam_step)
+            plain = beam_search([model], src, beam=3, nbest=nbest, lenpen=lenpen, stop=stop)
+        assert compiled == plain
 
 
 def test_beam_one_is_greedy_scripted():
