@@ -19,6 +19,7 @@ import torch
 
 from mtkit.data.tokenizer import Tokenizer
 from mtkit.errors import CheckpointError, ConfigError
+from mtkit.evaluate.validation import test_set_names
 from mtkit.files.textio import file_fingerprint, read_json, read_json_lines
 from mtkit.model.checkpoint import (
     FORMAT,
@@ -44,6 +45,7 @@ TRAINED = ("updates", "epoch", "seconds", "tgt_tokens", "tgt_tokens_per_s", "pre
 @dataclass(frozen=True)
 class EvalScore:
     test: str  # the test set's source file
+    name: str  # as eval/ and the log name it: the file's name (test_set_names)
     metric: str  # sacrebleu's name: BLEU, chrF2, TER
     score: float
     signature: str
@@ -201,8 +203,7 @@ def _run_rows(run: RunInfo) -> list[tuple[str, str]]:
         return [*rows, ("test scores", f"{run.scores_status} ({why})")]
     settings = ", ".join(f"{k} {v}" for k, v in run.decode.items())
     rows.append(("test decoding", settings or "-"))
-    rows += [(f"{Path(s.test).name} {s.metric}", f"{s.score:.2f}  {s.signature}")
-             for s in run.scores]
+    rows += [(f"{s.name} {s.metric}", f"{s.score:.2f}  {s.signature}") for s in run.scores]
     return rows
 
 
@@ -358,8 +359,11 @@ def _test_scores(path: Path, model_path: Path) -> tuple[str, dict[str, Any], lis
         return "stale", {}, []
     try:
         decode = dict(report.get("decode", {}))
-        scores = [EvalScore(str(r["src"]), str(name), float(s["score"]), str(s["signature"]))
-                  for r in report.get("results", []) for name, s in r["scores"].items()]
+        results = list(report.get("results", []))
+        names = test_set_names([Path(str(r["src"])) for r in results])
+        scores = [EvalScore(str(r["src"]), test, str(metric), float(s["score"]),
+                            str(s["signature"]))
+                  for r, test in zip(results, names) for metric, s in r["scores"].items()]
     except (AttributeError, KeyError, TypeError, ValueError):  # fields of other types
         return "damaged", {}, []
     return "current", decode, scores
