@@ -13,6 +13,7 @@ from mtkit.convert.hf import model_config
 from mtkit.convert.m2m import read_m2m
 from mtkit.convert.marian import read_marian
 from mtkit.errors import CheckpointError, ConfigError
+from mtkit.files.atomic import make_parent_dirs
 from mtkit.model.checkpoint import Bundle, save_checkpoint
 
 SUPPORTED = {"marian": "Marian, OPUS-MT", "m2m_100": "M2M100, NLLB"}  # config's model_type
@@ -25,7 +26,7 @@ def import_model(model_dir: Path, out_path: Path, force: bool = False,
     if out_path.exists() and not force:
         raise ConfigError(f"{out_path}: already exists; use --force to replace it")
     bundle = read_model(Path(model_dir), src_lang, tgt_lang)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent_dirs(out_path)
     save_checkpoint(out_path, bundle)
     return bundle
 

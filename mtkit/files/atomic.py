@@ -95,6 +95,21 @@ def _write_through(path: Path, target: Path, write: Callable[[BinaryIO], object]
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
+def make_parent_dirs(path: Path, option: str = "-o") -> None:
+    """Create the missing directories above the output `path` (`mtkit plot -o
+    curves/run.png`); an OutputError naming the option and what is in the way else, where
+    mkdir alone would say only `notes.txt: File exists`."""
+    parent = Path(path).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in (parent, *parent.parents) if p.exists() and not p.is_dir()),
+                       None)
+        why = (f"{blocker} is a file, not a directory" if blocker is not None
+               else f"cannot create {parent} ({exc.strerror or exc})")
+        raise OutputError(f"{option} {path}: {why}") from None
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     atomic_write(path, lambda file: file.write(data))
 

@@ -25,7 +25,7 @@ from mtkit.decode.stats import Stats
 from mtkit.decode.stream import decode_lines
 from mtkit.decode.translate import Translator
 from mtkit.errors import ConfigError, DataError
-from mtkit.files.atomic import atomic_write
+from mtkit.files.atomic import atomic_write, make_parent_dirs
 from mtkit.model.transformer import decoder_layer
 from mtkit.report.plot import figure_classes
 
@@ -76,6 +76,7 @@ def attention_pictures(job: AttentionJob, stdin: BinaryIO | None = None) -> list
                           "ending in .png")
     if job.lines < 1:
         raise ConfigError(f"--lines {job.lines}: expected at least 1")
+    make_parent_dirs(job.output)  # before the model loads and translates for nothing
     translator = Translator.load(job.models, device=job.device, tag=job.tag,
                                  option_names={"beam": "--beam"},  # errors name the flag
                                  beam=job.beam)
@@ -83,7 +84,6 @@ def attention_pictures(job: AttentionJob, stdin: BinaryIO | None = None) -> list
     sentences = read_sentences(stdin if stdin is not None else sys.stdin.buffer, job.lines)
     maps = attention_maps(translator, sentences, job.layer, job.every_head)
     paths = picture_paths(job.output, len(maps), numbered=job.lines > 1)
-    job.output.parent.mkdir(parents=True, exist_ok=True)
     for path, found in zip(paths, maps, strict=True):
         figure = attention_figure(found)
         atomic_write(path, lambda file, figure=figure: figure.savefig(file, format="png",

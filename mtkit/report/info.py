@@ -19,6 +19,7 @@ import torch
 
 from mtkit.data.tokenizer import Tokenizer
 from mtkit.errors import CheckpointError, ConfigError
+from mtkit.evaluate.validation import test_set_names
 from mtkit.files.textio import file_fingerprint, read_json, read_json_lines
 from mtkit.model.checkpoint import (
     FORMAT,
@@ -44,6 +45,7 @@ TRAINED = ("updates", "epoch", "seconds", "tgt_tokens", "tgt_tokens_per_s", "pre
 @dataclass(frozen=True)
 class EvalScore:
     test: str  # the test set's source file
+    name: str  # as eval/ and the log name it: the file's name (test_set_names)
     metric: str  # sacrebleu's name: BLEU, chrF2, TER
     score: float
     signature: str
@@ -57,6 +59,10 @@ class RunInfo:
     model_file: str  # "model.pt", or "checkpoints/checkpoint_last.pt" before training finished
     chosen: str | None  # model.stamp.json: the average or the checkpoint model.pt is
     dev_bleu: dict[str, float]  # model.stamp.json: the dev BLEU comparison behind `chosen`
+    # "current" (model.stamp.json chose this very file, or predates recording which file),
+    # "stale" (model.pt was replaced since: `chosen` and `dev_bleu` are then left out),
+    # "absent" (no readable model.stamp.json, or a checkpoint rather than model.pt)
+    choice_status: str
     scores_status: str  # "current" (scores.json is of this file), "stale", "absent", "damaged"
     decode: dict[str, Any]  # the settings the test sets were decoded with (when current)
     scores: list[EvalScore]  # only when current
@@ -179,6 +185,9 @@ class ModelInfo:
 def _run_rows(run: RunInfo) -> list[tuple[str, str]]:
     rows = [("model file", run.model_file if run.model_file == "model.pt"
              else f"{run.model_file} (no model.pt yet: training has not finished)")]
+    if run.choice_status == "stale":
+        rows.append(("model.pt is", "replaced since the average stage chose one "
+                                    "(model.stamp.json is for another model file)"))
     if run.chosen is not None:
         compared = ", ".join(f"{name} {bleu:.2f}" for name, bleu in run.dev_bleu.items())
         rows.append(("model.pt is", run.chosen + (f" (dev BLEU: {compared})" if compared else "")))
@@ -194,8 +203,7 @@ def _run_rows(run: RunInfo) -> list[tuple[str, str]]:
         return [*rows, ("test scores", f"{run.scores_status} ({why})")]
     settings = ", ".join(f"{k} {v}" for k, v in run.decode.items())
     rows.append(("test decoding", settings or "-"))
-    rows += [(f"{Path(s.test).name} {s.metric}", f"{s.score:.2f}  {s.signature}")
-             for s in run.scores]
+    rows += [(f"{s.name} {s.metric}", f"{s.score:.2f}  {s.signature}") for s in run.scores]
     return rows
 
 
@@ -306,7 +314,8 @@ def run_info(paths: RunPaths, model_path: Path) -> RunInfo:
     """How the run chose `model_path`, its test scores (if of this very file) and dev BLEU.
     What a damaged or hand-edited file does not say is left out, never a crash."""
     stamp = read_json(paths.model_stamp) if model_path.name == "model.pt" else None
-    stamp = stamp or {}
+    choice_status = _choice_status(stamp, model_path)
+    stamp = stamp if choice_status == "current" else {}
     chosen, dev_bleu = stamp.get("chosen"), stamp.get("dev_bleu")
     status, decode, scores = _test_scores(paths.eval / "scores.json", model_path)
     valid = [r for r in read_json_lines(paths.metrics)
@@ -318,6 +327,7 @@ def run_info(paths: RunPaths, model_path: Path) -> RunInfo:
         chosen=chosen if isinstance(chosen, str) else None,
         dev_bleu={str(name): bleu for name, bleu in dev_bleu.items() if _is_number(bleu)}
         if isinstance(dev_bleu, dict) else {},
+        choice_status=choice_status,
         scores_status=status,
         decode=decode,
         scores=scores,
@@ -325,6 +335,15 @@ def run_info(paths: RunPaths, model_path: Path) -> RunInfo:
         last_bleu=with_bleu[-1] if with_bleu else None,
         best_bleu=max(with_bleu, key=lambda r: r[1]) if with_bleu else None,  # first best
     )
+
+
+def _choice_status(stamp: dict[str, Any] | None, model_path: Path) -> str:
+    """Whether model.stamp.json describes `model_path`: its "model" fingerprint (stamps
+    of earlier versions have none and are taken at their word) against the file's."""
+    if stamp is None:
+        return "absent"
+    made = stamp.get("model")
+    return "current" if made is None or made == file_fingerprint(model_path) else "stale"
 
 
 def _test_scores(path: Path, model_path: Path) -> tuple[str, dict[str, Any], list[EvalScore]]:
@@ -340,8 +359,11 @@ def _test_scores(path: Path, model_path: Path) -> tuple[str, dict[str, Any], lis
         return "stale", {}, []
     try:
         decode = dict(report.get("decode", {}))
-        scores = [EvalScore(str(r["src"]), str(name), float(s["score"]), str(s["signature"]))
-                  for r in report.get("results", []) for name, s in r["scores"].items()]
+        results = list(report.get("results", []))
+        names = test_set_names([Path(str(r["src"])) for r in results])
+        scores = [EvalScore(str(r["src"]), test, str(metric), float(s["score"]),
+                            str(s["signature"]))
+                  for r, test in zip(results, names) for metric, s in r["scores"].items()]
     except (AttributeError, KeyError, TypeError, ValueError):  # fields of other types
         return "damaged", {}, []
     return "current", decode, scores

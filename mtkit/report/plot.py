@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mtkit.errors import ConfigError, DataError, MtkitError
-from mtkit.files.atomic import atomic_write
+from mtkit.files.atomic import atomic_write, make_parent_dirs
 from mtkit.files.textio import read_json_lines
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def plot_runs(run_dirs: list[Path], out: Path, metrics: tuple[str, ...] = DEFAUL
     for empty in (c.run_dir for c in curves if not c.records):
         log.warning("%s: no training records in %s yet; not in the plot", empty, METRICS_FILE)
     figure = build_figure(curves, metrics, names)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_parent_dirs(out)
     atomic_write(out, lambda file: figure.savefig(file, format="png", dpi=DPI))
     return out
 

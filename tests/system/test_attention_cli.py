@@ -36,3 +36,13 @@ def test_the_help_offers_no_ctranslate2_export(tmp_path, mtkit_inprocess):
     model_help = " ".join(done.stdout.split("-m, --model MODEL")[1].split("-o,")[0].split())
     assert "Not a CTranslate2 export" in model_help
     assert "mtkit export` wrote" not in model_help
+
+
+def test_an_output_under_a_file_is_one_error_line(tiny_run, tmp_path, mtkit_inprocess,
+                                                   expect_error):
+    """(In process: -o is checked before stdin is read, so nothing is translated for it.)"""
+    (tmp_path / "notes.txt").write_text("keep me\n")
+    done = mtkit_inprocess(["attention", "-m", tiny_run.model, "-o",
+                            tmp_path / "notes.txt" / "sub" / "a.png"], tmp_path)
+    expect_error(done, "notes.txt/sub/a.png", "notes.txt is a file, not a directory")
+    assert (tmp_path / "notes.txt").read_text() == "keep me\n"

@@ -72,3 +72,28 @@ def test_errors_are_one_line(run, mtkit_cli, expect_error):
     (run.root / "notes.txt").write_text("not a model\n")
     expect_error(mtkit_cli(["info", "notes.txt"], cwd=run.root), "notes.txt", "not an mtkit")
     expect_error(mtkit_cli(["info", "runs/missing"], cwd=run.root), "runs/missing", "not found")
+
+
+def test_a_model_pt_replaced_by_hand_is_not_described_by_the_old_choice(
+        tiny_run, tmp_path, mtkit_cli):
+    """`mtkit average ... -o RUN_DIR/model.pt` replaces the file model.stamp.json describes:
+    info must not go on saying how the pipeline chose (and scored on dev) the old one."""
+    run = tiny_run.copy_to(tmp_path)
+    first_step = sorted(run.run_dir.glob("checkpoints/checkpoint_[0-9]*.pt"))[0]
+    replaced = mtkit_cli(["average", str(first_step), "-o", "runs/tiny/model.pt"],
+                         cwd=run.root)
+    assert replaced.returncode == 0, replaced.stderr
+    result = mtkit_cli(["info", "runs/tiny"], cwd=run.root)
+    assert result.returncode == 0, result.stderr
+    assert rows(result.stdout)["model.pt is"].startswith("replaced since the average stage")
+    data = json.loads(mtkit_cli(["info", "runs/tiny", "--json"], cwd=run.root).stdout)
+    assert (data["run"]["choice_status"], data["run"]["chosen"], data["run"]["dev_bleu"]) == (
+        "stale", None, {})
+    assert data["run"]["scores_status"] == "stale"
+
+
+def test_the_pipeline_s_own_model_pt_keeps_its_choice(run, mtkit_cli):
+    data = json.loads(mtkit_cli(["info", "runs/tiny", "--json"], cwd=run.root).stdout)
+    stamp = json.loads((run.run_dir / "model.stamp.json").read_text())
+    assert data["run"]["choice_status"] == "current"
+    assert data["run"]["chosen"] == stamp["chosen"]

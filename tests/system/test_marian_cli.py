@@ -50,6 +50,13 @@ def test_bad_directory_is_one_line_and_writes_nothing(tmp_path, mtkit_cli):
     assert "Traceback" not in done.stderr and not (tmp_path / "out.pt").exists()
 
 
+def test_an_output_under_a_file_is_one_error_line(imported, mtkit_cli, expect_error):
+    (imported / "notes.txt").write_text("keep me\n")
+    done = mtkit_cli(["import", "opus-mt-tiny", "-o", "notes.txt/m.pt"], cwd=imported)
+    expect_error(done, "-o notes.txt/m.pt", "notes.txt is a file, not a directory")
+    assert (imported / "notes.txt").read_text() == "keep me\n"
+
+
 def test_info_on_the_directory_says_to_import_it(imported, mtkit_cli, expect_error):
     expect_error(mtkit_cli(["info", "opus-mt-tiny"], cwd=imported),
                  "opus-mt-tiny: a Hugging Face model directory", "mtkit import")

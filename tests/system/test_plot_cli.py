@@ -30,3 +30,12 @@ def test_an_unknown_metric_is_one_error_line(tiny_run, tmp_path, mtkit_cli, expe
 def test_a_missing_run_directory_is_one_error_line(tmp_path, mtkit_cli, expect_error):
     result = mtkit_cli(["plot", "runs/nope", "-o", "c.png"], cwd=tmp_path)
     expect_error(result, "runs/nope")
+
+
+def test_an_output_under_a_file_is_one_error_line(tiny_run, tmp_path, mtkit_cli, expect_error):
+    """plot makes -o's missing directories; where a file stands in the way it says so (it
+    said `notes.txt: File exists`)."""
+    (tmp_path / "notes.txt").write_text("keep me\n")
+    result = mtkit_cli(["plot", tiny_run.run_dir, "-o", "notes.txt/c.png"], cwd=tmp_path)
+    expect_error(result, "-o notes.txt/c.png", "notes.txt is a file, not a directory")
+    assert (tmp_path / "notes.txt").read_text() == "keep me\n"

@@ -158,6 +158,24 @@ def test_run_directory_scores_and_choice(tmp_path, spm):
     assert data["scores"][0]["score"] == 10.25
 
 
+def test_test_sets_sharing_a_file_name_are_told_apart_as_eval_names_them(tmp_path, spm):
+    """wmt19/test.es and wmt20/test.es: eval/ and the training log call them test.es.0 and
+    test.es.1; info named both `test.es`, two rows of one name."""
+    paths = fake_run(tmp_path, spm)
+    report = json.loads((paths.eval / "scores.json").read_text())
+    scores = [{"BLEU": {"score": value, "signature": "nrefs:1"}} for value in (10.25, 20.5)]
+    report["results"] = [{"src": f"/data/{year}/test.es", "scores": s}
+                         for year, s in zip(("wmt19", "wmt20"), scores)]
+    write_json(paths.eval / "scores.json", report)
+    shown = rows(model_info(paths.run_dir))
+    assert (shown["test.es.0 BLEU"], shown["test.es.1 BLEU"]) == (
+        "10.25  nrefs:1", "20.50  nrefs:1")
+    assert "test.es BLEU" not in shown
+    data = model_info(paths.run_dir).to_dict()["run"]["scores"]
+    assert [(s["test"], s["name"]) for s in data] == [
+        ("/data/wmt19/test.es", "test.es.0"), ("/data/wmt20/test.es", "test.es.1")]
+
+
 def test_stale_scores_are_not_shown(tmp_path, spm):
     paths = fake_run(tmp_path, spm, fingerprint="0" * 40)  # of an earlier model.pt
     info = model_info(paths.run_dir)
