@@ -5,15 +5,13 @@ done). `search.beam_search` drives them; its conventions (lengths, scores) are s
 
 from __future__ import annotations
 
-import functools
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from mtkit.decode.topk import top_k
+from mtkit.runtime.compiled import compiled_function
 
 NEG_INF = float("-inf")
 
@@ -261,7 +259,8 @@ def beam_step(lprobs: Tensor, logprob: Tensor, seqs: Tensor, offsets: Tensor, ca
     """One step's bookkeeping, after the decoder: lprobs (n, beam, V) extend the live
     beams (logprob, seqs, offsets, caps: Beams'); the ending candidates join `finished`.
     Returns the new live logprob and seqs, the rows they come from, which sentences are
-    done (n,), and the n-best so far. In the Python TorchScript compiles (`compiled`):
+    done (n,), and the n-best so far. In the Python TorchScript compiles
+    (`compiled_beam_step`):
     its few dozen small operators are most of what a step of one sentence costs besides
     the decoder."""
     beam = logprob.size(1)
@@ -275,13 +274,5 @@ def beam_step(lprobs: Tensor, logprob: Tensor, seqs: Tensor, offsets: Tensor, ca
     return logprob, seqs, rows, done, finished
 
 
-@functools.cache
-def compiled_beam_step() -> Callable[..., tuple[Tensor, Tensor, Tensor, Tensor, FinishedParts]]:
-    """`beam_step` compiled by TorchScript, once a process; the Python function where this
-    torch cannot compile it (the same operators, one at a time)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TorchScript's deprecation: see model/step.py
-            return torch.jit.script(beam_step)
-    except Exception:  # noqa: BLE001 (any failure leaves the Python step, which is correct)
-        return beam_step
+# beam_step compiled by TorchScript, once a process (the Python function where it cannot be)
+compiled_beam_step = compiled_function(beam_step)

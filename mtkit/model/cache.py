@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from mtkit.model.step import StepWeights
+from mtkit.runtime.compiled import compiled_function
 
 
 @dataclass
@@ -57,14 +58,9 @@ class DecoderCache:
         kept = self.sentences if sentences is None else sentences.numel()
         if rows.numel() != kept * self.beam:
             raise ValueError(f"reorder needs {kept} x {self.beam} rows, got {rows.numel()}")
-        used, count = self.step, rows.numel()
-        kv = self.self_kv[..., :used, :]  # (layers, 2, R, H, used, dh)
-        moved = _changed(rows) if rows.device.type == "cpu" else None
-        if moved is not None and 2 * moved.numel() <= count:
-            if moved.numel():  # in about a third of one sentence's steps, no row moves
-                _copy_moved(kv, 2, rows, moved, out=self.spare_kv[:, :, : moved.numel(), :, :used])
-        else:
-            torch.index_select(kv, 2, rows, out=self.spare_kv[:, :, :count, :, :used])
+        count = rows.numel()
+        gather = compiled_gather_rows() if rows.device.type == "cpu" else gather_rows
+        if gather(self.self_kv, self.spare_kv, rows, self.step):
             self.self_kv, self.spare_kv = self.spare_kv, self.self_kv
         self.rows = count
         if sentences is not None:
@@ -76,6 +72,27 @@ class DecoderCache:
                 self.src_keep = _keep_rows(self.src_keep, sentences, moved_sentences)
 
 
+def gather_rows(kv: Tensor, spare: Tensor, rows: Tensor, used: int) -> bool:
+    """Positions < used of row i of kv (layers, 2, R, H, max_len, dh) become those of old
+    row rows[i] (`DecoderCache.reorder`): in place, through `spare`, when on the CPU at most
+    half the rows change (False), else gathered into `spare` (True: the two then swap).
+    In the Python TorchScript compiles (`compiled_gather_rows`)."""
+    count = rows.numel()
+    kv = kv[:, :, :, :, :used]  # (layers, 2, R, H, used, dh)
+    if rows.device.type == "cpu":
+        moved = _changed(rows)
+        if 2 * moved.numel() <= count:
+            if moved.numel() > 0:  # in about a third of one sentence's steps, no row moves
+                _copy_moved(kv, 2, rows, moved, spare[:, :, : moved.numel(), :, :used])
+            return False
+    torch.index_select(kv, 2, rows, out=spare[:, :, :count, :, :used])
+    return True
+
+
+# gather_rows compiled by TorchScript, once a process (the Python function where it cannot be)
+compiled_gather_rows = compiled_function(gather_rows)
+
+
 def _changed(rows: Tensor) -> Tensor:
     """The new rows i that do not keep their own old row (rows[i] != i)."""
     return (rows != torch.arange(rows.numel(), device=rows.device)).nonzero().squeeze(1)
@@ -85,7 +102,11 @@ def _copy_moved(t: Tensor, dim: int, rows: Tensor, moved: Tensor,
                 out: Tensor | None = None) -> None:
     """In place along `dim`: row i of t becomes old row rows[i] for each i in `moved`; the
     sources are gathered first (into `out` when given), as some are also destinations."""
-    t.index_copy_(dim, moved, torch.index_select(t, dim, rows[moved], out=out))
+    if out is None:
+        sources = torch.index_select(t, dim, rows[moved])
+    else:
+        sources = torch.index_select(t, dim, rows[moved], out=out)
+    t.index_copy_(dim, moved, sources)
 
 
 def _keep_rows(t: Tensor, rows: Tensor, moved: Tensor | None) -> Tensor:

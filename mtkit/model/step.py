@@ -13,15 +13,13 @@ builds it from the weights as they are then (an engine when it is made,
 change later.
 
 The step is written in the Python TorchScript compiles, so that an engine on the CPU can
-run it compiled (`StepWeights.script`): Python's own cost per operator, paid by the
-hundred at every step, is most of a small model's step. Run as plain Python it is the
-same computation; the modules' `__call__` is their forward, without nn.Module's hook
+run it compiled (`StepWeights.script`, runtime/compiled.py). Run as plain Python it is
+the same computation; the modules' `__call__` is their forward, without nn.Module's hook
 machinery, which nothing sets on them.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 
 import torch
@@ -29,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtkit.model.layers import DecoderLayer, inference_attention
+from mtkit.runtime.compiled import script
 
 
 class StepLinear(nn.Module):
@@ -239,13 +238,8 @@ class StepWeights(nn.Module):
             return False
         copy = StepWeights(self.embed, [layer.scriptable() for layer in self.layers],
                            self.final_norm, scriptable_linear(self.out_proj))
-        try:
-            with warnings.catch_warnings():
-                # torch 2.10+ calls TorchScript deprecated; it is still the one way torch
-                # runs a graph of small operators without Python between them
-                warnings.simplefilter("ignore")
-                compiled = torch.jit.script(copy)
-        except Exception:  # noqa: BLE001 (any failure leaves the plain step, which is correct)
+        compiled = script(copy)
+        if compiled is None:
             return False
         self.compiled = (torch.get_num_threads(), compiled)
         return True

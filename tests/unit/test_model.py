@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mtkit.config import ModelConfig
+from mtkit.model import cache as cache_module
 from mtkit.model.layers import attention, dropout, explicit_attention, sinusoidal_positions
 from mtkit.model.loss import label_smoothed_nll
 from mtkit.model.step import StepLinear
@@ -180,11 +181,18 @@ def test_cache_reorder_repeats_and_drops_rows():
             cache.reorder(torch.tensor([0]))
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("changed", [0, 1, 3, 5, 12])
-def test_cache_reorder_equals_a_gather_whether_it_copies_some_rows_or_all(changed):
+def test_cache_reorder_equals_a_gather_whether_it_copies_some_rows_or_all(changed, compiled,
+                                                                          monkeypatch):
     """reorder copies only the changed rows when at most half change, else gathers all:
     either way every layer's K and V at the filled positions equal a plain gather, sources
-    that are themselves overwritten (a row's and its source's content swap) included."""
+    that are themselves overwritten (a row's and its source's content swap) included; on
+    the CPU compiled by TorchScript, and as the Python it falls back to."""
+    if compiled:
+        assert cache_module.compiled_gather_rows() is not cache_module.gather_rows
+    else:
+        monkeypatch.setattr(cache_module, "compiled_gather_rows", lambda: cache_module.gather_rows)
     model = make_model()
     g = torch.Generator().manual_seed(changed)
     with torch.inference_mode():
