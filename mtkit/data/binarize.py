@@ -43,7 +43,7 @@ from mtkit.data.manifest import (
 from mtkit.data.tokenizer import Tokenizer
 from mtkit.errors import ConfigError, DataError
 from mtkit.files.atomic import replace_dir
-from mtkit.files.textio import count_lines, read_lines
+from mtkit.files.textio import count_lines, read_lines, require_text_file
 from mtkit.progress import progress_bar
 from mtkit.runtime.devices import usable_cores
 
@@ -354,6 +354,8 @@ def _check_splits(splits: dict[str, tuple[Path, Path, Path | None]]) -> dict[str
         if not _SPLIT_NAME.match(name):
             raise ConfigError(f"split name {name!r}: use letters, digits, '_' or '-'")
         files = [src, tgt] + ([] if links is None else [links])
+        for path in files:
+            require_text_file(path)
         src_lines, *others = map(count_lines, files)
         if any(count != src_lines for count in others):
             raise _length_mismatch(name, files)

@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import json
 import os
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,30 @@ def _open_binary(path: Path, decompress: bool = True) -> IO[bytes]:
         raise DataError(f"{path}: is a directory, expected a text file") from None
     except PermissionError:
         raise DataError(f"{path}: permission denied") from None
+
+
+def text_file_problem(path: Path) -> str | None:
+    """What makes `path` no file to read more than once, or None. Training data is read
+    several times (counted, fingerprinted, encoded): the second read of a named pipe
+    would wait forever for a writer, and a device reads as something else each time."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "not found"
+    except OSError:  # reading says why, in its own words
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, expected a text file"
+    if not stat.S_ISREG(mode):
+        return ("is not a regular file (a named pipe or a device), and training data is read "
+                "more than once; save it to a file first")
+    return None
+
+
+def require_text_file(path: Path) -> None:
+    """DataError naming `path` when text_file_problem finds one."""
+    if (problem := text_file_problem(path)) is not None:
+        raise DataError(f"{path}: {problem}")
 
 
 def read_lines(path: Path) -> Iterator[str]:
