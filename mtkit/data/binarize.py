@@ -41,7 +41,7 @@ from mtkit.data.manifest import (
     SplitInfo,
 )
 from mtkit.data.tokenizer import Tokenizer
-from mtkit.errors import ConfigError, DataError
+from mtkit.errors import ConfigError, DataError, OutputError
 from mtkit.files.atomic import replace_dir
 from mtkit.files.textio import count_lines, read_lines, require_text_file
 from mtkit.progress import progress_bar
@@ -285,11 +285,10 @@ def binarize(
         tokenizer=tokenizer.fingerprint(),
         filters=(max_len, max_ratio),
     )
-    shutil.rmtree(out.partial, ignore_errors=True)
-    out.partial.mkdir(parents=True)
-    encoder = None
+    encoder = _Encoder(tokenizer, workers or usable_cores())
     try:
-        encoder = _Encoder(tokenizer, workers or usable_cores())
+        shutil.rmtree(out.partial, ignore_errors=True)
+        out.partial.mkdir(parents=True)
         stats: dict[str, SplitInfo] = {}
         for name, paths in inputs.items():
             # each file read once here to fingerprint it
@@ -299,9 +298,11 @@ def binarize(
                             max_ratio=max_ratio, splits=stats)
         manifest.write(out.partial)  # last, and it fsyncs `partial`: every entry is durable
         replace_dir(out.partial, out_dir)
+    except OSError as exc:  # a failed read is a DataError by now: this is a write (disk full)
+        raise OutputError(f"{out_dir}: cannot write the binarised data ({exc.strerror or exc}); "
+                          "the previous data, if any, is intact") from None
     finally:
-        if encoder is not None:
-            encoder.close()
+        encoder.close()
         shutil.rmtree(out.partial, ignore_errors=True)  # a no-op after a successful swap
     return manifest
 

@@ -5,15 +5,18 @@ and what to do, exit 2, and nothing already written lost."""
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
 from pathlib import Path
 
 import pytest
 from builders import DATA, bible_recipe
+from conftest import CliResult, start_mtkit
 
 
-def binarize_args(spm_model: Path, src: Path | str, out: str = "bin") -> list:
-    return ["binarize", "--tokenizer", spm_model, "--src", src, "--tgt", DATA / "train.en",
-            "-o", out, "--workers", "1"]
+def binarize_args(spm_model: Path, src: Path | str, tgt: Path = DATA / "train.en") -> list:
+    return ["binarize", "--tokenizer", spm_model, "--src", src, "--tgt", tgt, "-o", "bin",
+            "--workers", "1"]
 
 
 def test_binarize_refuses_a_named_pipe_rather_than_waiting_forever(tmp_path, spm_model,
@@ -50,3 +53,29 @@ def test_a_recipe_data_file_that_is_no_file_is_named_for_what_it_is(tmp_path, mt
     done = mtkit_inprocess(["train", "tiny.yaml", "--dry-run", "--set", "data.valid.src=odd"],
                            tmp_path)
     expect_error(done, "data.valid.src", f"odd: {needle}")
+
+
+def test_binarize_on_a_full_disk_names_the_output_and_keeps_the_old_data(tmp_path, spm_model,
+                                                                         expect_error):
+    """A write that fails (here: the file size limit, as `ulimit -f` sets it; a full disk
+    fails the same way) is one line naming the output directory; the data there before
+    stays whole and no half-built directory is left."""
+    first = run_limited(binarize_args(spm_model, DATA / "dev.es", DATA / "dev.en"), tmp_path)
+    assert first.returncode == 0, first.stderr
+    before = (tmp_path / "bin" / "manifest.json").read_bytes()
+    done = run_limited(binarize_args(spm_model, DATA / "train.es"), tmp_path)
+    expect_error(done, "bin: cannot write the binarised data (File too large)",
+                 "the previous data, if any, is intact")
+    assert (tmp_path / "bin" / "manifest.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
+def run_limited(args: list, cwd: Path, max_bytes: int = 16_000) -> CliResult:
+    """`mtkit ARGS` where no file may grow beyond `max_bytes`."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
+    process = start_mtkit(args, cwd, preexec_fn=limit, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE)
+    out, err = process.communicate(timeout=300)
+    return CliResult(process.returncode, out.decode(), err.decode(), out)
