@@ -13,13 +13,16 @@ again, so adding a corpus encodes only that corpus.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -64,6 +67,9 @@ _NO_LINKS = (np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64))
 
 def _init_worker(src: bytes, tgt: bytes | None, vocab: bytes | None) -> None:
     global _worker_tokenizer
+    # Ctrl-C reaches the whole process group: the parent stops the pool (SIGTERM, which a
+    # worker dies of quietly); a KeyboardInterrupt here would print each worker's traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_tokenizer = Tokenizer(src, tgt, threads=1, vocab=vocab)  # the pool is the parallelism
 
 
@@ -287,17 +293,19 @@ def binarize(
     )
     encoder = _Encoder(tokenizer, workers or usable_cores())
     try:
-        shutil.rmtree(out.partial, ignore_errors=True)
-        out.partial.mkdir(parents=True)
-        stats: dict[str, SplitInfo] = {}
-        for name, paths in inputs.items():
-            # each file read once here to fingerprint it
-            split = SplitInput.of(name, paths, tags.get(name))
-            stats[name] = _make_split(out, encoder, split, lines[name], name in filter_splits)
-        manifest = Manifest(dtype=out.dtype.name, tokenizer=out.tokenizer, max_len=max_len,
-                            max_ratio=max_ratio, splits=stats)
-        manifest.write(out.partial)  # last, and it fsyncs `partial`: every entry is durable
-        replace_dir(out.partial, out_dir)
+        with _sigterm_ends_cleanly():  # installed after the workers start: theirs is the default
+            shutil.rmtree(out.partial, ignore_errors=True)
+            out.partial.mkdir(parents=True)
+            stats: dict[str, SplitInfo] = {}
+            for name, paths in inputs.items():
+                # each file read once here to fingerprint it
+                split = SplitInput.of(name, paths, tags.get(name))
+                stats[name] = _make_split(out, encoder, split, lines[name],
+                                          name in filter_splits)
+            manifest = Manifest(dtype=out.dtype.name, tokenizer=out.tokenizer,
+                                max_len=max_len, max_ratio=max_ratio, splits=stats)
+            manifest.write(out.partial)  # last, and it fsyncs `partial`: every entry durable
+            replace_dir(out.partial, out_dir)
     except OSError as exc:  # a failed read is a DataError by now: this is a write (disk full)
         raise OutputError(f"{out_dir}: cannot write the binarised data ({exc.strerror or exc}); "
                           "the previous data, if any, is intact") from None
@@ -305,6 +313,26 @@ def binarize(
         encoder.close()
         shutil.rmtree(out.partial, ignore_errors=True)  # a no-op after a successful swap
     return manifest
+
+
+@contextlib.contextmanager
+def _sigterm_ends_cleanly() -> Iterator[None]:
+    """SIGTERM (`kill`, `timeout`, a job scheduler) ends binarize as Ctrl-C does, through
+    its cleanup: the workers stopped, the half-built directory removed, exit 143. Left to
+    its default it ended this process at once, and the workers printed BrokenPipeError
+    tracebacks as they found it gone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set a handler; a caller's thread keeps the default
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,29 @@ def run_limited(args: list, cwd: Path, max_bytes: int = 16_000) -> CliResult:
                           stderr=subprocess.PIPE)
     out, err = process.communicate(timeout=300)
     return CliResult(process.returncode, out.decode(), err.decode(), out)
+
+
+@pytest.mark.parametrize("signum, group", [
+    (signal.SIGTERM, False),  # kill PID, timeout: the parent alone
+    (signal.SIGINT, True),  # Ctrl-C in a terminal: the parent and its workers
+])
+def test_a_signal_stops_binarize_cleanly(tmp_path, spm_model, signum, group):
+    """SIGTERM to the parent ended it at once: its encoding workers, finding it gone,
+    printed BrokenPipeError tracebacks, and the half-built directory was left. Ctrl-C
+    gave each worker a KeyboardInterrupt traceback when it came mid-chunk."""
+    for lang in ("es", "en"):  # enough lines that binarize is still encoding when signalled
+        (tmp_path / f"big.{lang}").write_bytes((DATA / f"train.{lang}").read_bytes() * 400)
+    args = binarize_args(spm_model, "big.es", "big.en")
+    process = start_mtkit([*args[:-1], "2"], tmp_path, stderr=subprocess.PIPE,
+                          start_new_session=True)
+    while not list(tmp_path.glob("bin.partial-*")) and process.poll() is None:
+        time.sleep(0.05)  # the new directory is made once the workers have started
+    time.sleep(0.5)  # into the encoding (the outcome is the same at any moment)
+    if group:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    err = process.communicate(timeout=120)[1].decode()
+    assert process.returncode == 128 + signum, err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.en", "big.es"]
