@@ -4,6 +4,9 @@ and what to do, exit 2, and nothing already written lost."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import os
 import resource
 import signal
@@ -107,3 +110,21 @@ def test_a_signal_stops_binarize_cleanly(tmp_path, spm_model, signum, group):
     assert process.returncode == 128 + signum, err
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.en", "big.es"]
+
+
+@pytest.mark.parametrize("suffix, compress, needle", [
+    (".xz", lzma.compress, "is xz-compressed"),
+    (".bz2", bz2.compress, "is bzip2-compressed"),
+    ("", gzip.compress, "is gzip-compressed"),  # .gz is what says gzip: not its bytes
+])
+def test_a_compressed_file_mtkit_does_not_read_is_named_as_such(tmp_path, spm_model,
+                                                                mtkit_inprocess, expect_error,
+                                                                suffix, compress, needle):
+    """Read as text, a compressed file gave 'train: a.es.xz has 6 lines but ... has 300'
+    (binarize) or an invalid UTF-8 byte on line 1 (spm-train)."""
+    src = tmp_path / f"a.es{suffix}"
+    src.write_bytes(compress((DATA / "train.es").read_bytes()))
+    for args in (binarize_args(spm_model, src.name),
+                 ["spm-train", "-i", src.name, "--model-prefix", "spm"]):
+        done = mtkit_inprocess(args, tmp_path)
+        expect_error(done, f"{src.name}: {needle}", "plain text or gzip")
