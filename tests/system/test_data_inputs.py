@@ -128,3 +128,15 @@ def test_a_compressed_file_mtkit_does_not_read_is_named_as_such(tmp_path, spm_mo
                  ["spm-train", "-i", src.name, "--model-prefix", "spm"]):
         done = mtkit_inprocess(args, tmp_path)
         expect_error(done, f"{src.name}: {needle}", "plain text or gzip")
+
+
+def test_binarize_given_a_tokenizer_directory_says_which_models_it_holds(
+        tmp_path, spm_model, mtkit_inprocess, expect_error):
+    """A run's tokenizer directory is what tokenizer.model takes; --tokenizer takes the
+    model file in it, and said the directory was 'not found'."""
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "spm.model").write_bytes(spm_model.read_bytes())
+    args = binarize_args(spm_model, DATA / "train.es")
+    args[args.index(spm_model)] = "tok"
+    expect_error(mtkit_inprocess(args, tmp_path),
+                 "tok: is a directory, expected a SentencePiece model file (it holds spm.model)")
