@@ -106,7 +106,10 @@ def test_a_signal_stops_binarize_cleanly(tmp_path, spm_model, signum, group):
         os.killpg(process.pid, signum)
     else:
         process.send_signal(signum)
-    err = process.communicate(timeout=120)[1].decode()
+    try:  # without the fix Ctrl-C could hang binarize in the pool's shutdown for good
+        err = process.communicate(timeout=120)[1].decode()
+    finally:
+        process.kill()
     assert process.returncode == 128 + signum, err
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.en", "big.es"]
