@@ -28,7 +28,14 @@ KINDS = ("misaligned", "copied", "truncated")
 
 
 def read(path: str) -> list[str]:
-    return Path(path).read_text(encoding="utf-8").splitlines()
+    """The lines of a UTF-8 file as mtkit and `wc -l` count them: only a newline ends one
+    (a CR before it is dropped). str.splitlines would also split at U+2028, NEL, a form
+    feed or a lone CR, and every pair after such a line would be misaligned."""
+    text = Path(path).read_bytes().decode("utf-8")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline ending the last line starts no line
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def write(path: str, lines: list[str]) -> None:

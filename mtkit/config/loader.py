@@ -27,6 +27,7 @@ from mtkit.config.walker import (
     unknown_key,
 )
 from mtkit.errors import ConfigError
+from mtkit.files.textio import text_file_problem
 
 INHERITABLE = ("tokenizer", "model")  # what a recipe with train.init_from may leave out
 
@@ -268,5 +269,8 @@ def check_data_files(recipe: Recipe, where: str, train_listed: bool = False) -> 
             continue
         for side in ("src", "tgt", "alignments"):
             file = getattr(pair, side, None)
-            if file is not None and not file.is_file():
+            problem = None if file is None else text_file_problem(file)
+            if problem == "not found":
                 raise ConfigError(f"{where}: {key}.{side}: data file not found: {file}")
+            if problem is not None:
+                raise ConfigError(f"{where}: {key}.{side}: {file}: {problem}")

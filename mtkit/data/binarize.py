@@ -13,13 +13,16 @@ again, so adding a corpus encodes only that corpus.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -41,9 +44,9 @@ from mtkit.data.manifest import (
     SplitInfo,
 )
 from mtkit.data.tokenizer import Tokenizer
-from mtkit.errors import ConfigError, DataError
+from mtkit.errors import ConfigError, DataError, OutputError
 from mtkit.files.atomic import replace_dir
-from mtkit.files.textio import count_lines, read_lines
+from mtkit.files.textio import count_lines, read_lines, require_text_file
 from mtkit.progress import progress_bar
 from mtkit.runtime.devices import usable_cores
 
@@ -64,6 +67,9 @@ _NO_LINKS = (np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64))
 
 def _init_worker(src: bytes, tgt: bytes | None, vocab: bytes | None) -> None:
     global _worker_tokenizer
+    # Ctrl-C reaches the whole process group: the parent stops the pool (SIGTERM, which a
+    # worker dies of quietly); a KeyboardInterrupt here would print each worker's traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_tokenizer = Tokenizer(src, tgt, threads=1, vocab=vocab)  # the pool is the parallelism
 
 
@@ -285,25 +291,48 @@ def binarize(
         tokenizer=tokenizer.fingerprint(),
         filters=(max_len, max_ratio),
     )
-    shutil.rmtree(out.partial, ignore_errors=True)
-    out.partial.mkdir(parents=True)
-    encoder = None
+    encoder = _Encoder(tokenizer, workers or usable_cores())
     try:
-        encoder = _Encoder(tokenizer, workers or usable_cores())
-        stats: dict[str, SplitInfo] = {}
-        for name, paths in inputs.items():
-            # each file read once here to fingerprint it
-            split = SplitInput.of(name, paths, tags.get(name))
-            stats[name] = _make_split(out, encoder, split, lines[name], name in filter_splits)
-        manifest = Manifest(dtype=out.dtype.name, tokenizer=out.tokenizer, max_len=max_len,
-                            max_ratio=max_ratio, splits=stats)
-        manifest.write(out.partial)  # last, and it fsyncs `partial`: every entry is durable
-        replace_dir(out.partial, out_dir)
+        with _sigterm_ends_cleanly():  # installed after the workers start: theirs is the default
+            shutil.rmtree(out.partial, ignore_errors=True)
+            out.partial.mkdir(parents=True)
+            stats: dict[str, SplitInfo] = {}
+            for name, paths in inputs.items():
+                # each file read once here to fingerprint it
+                split = SplitInput.of(name, paths, tags.get(name))
+                stats[name] = _make_split(out, encoder, split, lines[name],
+                                          name in filter_splits)
+            manifest = Manifest(dtype=out.dtype.name, tokenizer=out.tokenizer,
+                                max_len=max_len, max_ratio=max_ratio, splits=stats)
+            manifest.write(out.partial)  # last, and it fsyncs `partial`: every entry durable
+            replace_dir(out.partial, out_dir)
+    except OSError as exc:  # a failed read is a DataError by now: this is a write (disk full)
+        raise OutputError(f"{out_dir}: cannot write the binarised data ({exc.strerror or exc}); "
+                          "the previous data, if any, is intact") from None
     finally:
-        if encoder is not None:
-            encoder.close()
+        encoder.close()
         shutil.rmtree(out.partial, ignore_errors=True)  # a no-op after a successful swap
     return manifest
+
+
+@contextlib.contextmanager
+def _sigterm_ends_cleanly() -> Iterator[None]:
+    """SIGTERM (`kill`, `timeout`, a job scheduler) ends binarize as Ctrl-C does, through
+    its cleanup: the workers stopped, the half-built directory removed, exit 143. Left to
+    its default it ended this process at once, and the workers printed BrokenPipeError
+    tracebacks as they found it gone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set a handler; a caller's thread keeps the default
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,6 +383,8 @@ def _check_splits(splits: dict[str, tuple[Path, Path, Path | None]]) -> dict[str
         if not _SPLIT_NAME.match(name):
             raise ConfigError(f"split name {name!r}: use letters, digits, '_' or '-'")
         files = [src, tgt] + ([] if links is None else [links])
+        for path in files:
+            require_text_file(path)
         src_lines, *others = map(count_lines, files)
         if any(count != src_lines for count in others):
             raise _length_mismatch(name, files)

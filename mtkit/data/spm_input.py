@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from mtkit.errors import DataError
-from mtkit.files.textio import read_lines
+from mtkit.files.textio import read_lines, require_text_file
 
 
 class CorpusStream:
@@ -47,13 +47,12 @@ def reservoir_sample(lines: Iterable[str], size: int, seed: int) -> list[str]:
 
 
 def existing_inputs(inputs: list[Path]) -> list[Path]:
-    """The inputs as paths; DataError for none, or one that is not a file."""
+    """The inputs as paths; DataError for none, or one that is not a regular file."""
     inputs = [Path(p) for p in inputs]
     if not inputs:
         raise DataError("no input files to train the tokenizer on")
     for path in inputs:
-        if not path.is_file():
-            raise DataError(f"{path}: not found")
+        require_text_file(path)
     return inputs
 
 

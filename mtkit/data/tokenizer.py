@@ -351,6 +351,10 @@ class Tokenizer:
 
 
 def _read_model(path: Path) -> bytes:
+    if path.is_dir():  # a run's tokenizer directory, say: name the models in it
+        inside = ", ".join(p.name for p in sorted(path.glob("*.model")))
+        raise DataError(f"{path}: is a directory, expected a SentencePiece model file"
+                        + (f" (it holds {inside})" if inside else ""))
     if not path.is_file():
         raise DataError(f"{path}: tokenizer model not found")
     return path.read_bytes()

@@ -10,6 +10,8 @@ import gzip
 import hashlib
 import json
 import os
+import re
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,18 +19,69 @@ from typing import IO, Any
 
 from mtkit.errors import DataError
 
+# How compressed files mtkit does not read as such begin (gzip: read under a .gz name only);
+# none begins as UTF-8 text does
+_COMPRESSED = (
+    (re.compile(rb"\xfd7zXZ\x00"), "xz"),
+    (re.compile(rb"BZh[1-9]1AY&SY"), "bzip2"),
+    (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd"),
+    (re.compile(rb"PK\x03\x04"), "zip"),
+    (re.compile(rb"\x1f\x8b"), "gzip"),
+)
+
 
 def _open_binary(path: Path, decompress: bool = True) -> IO[bytes]:
+    """The file to read; with `decompress`, a .gz decompressed, and a file that is
+    compressed some other way refused, rather than read as text of a few odd lines."""
     try:
         if decompress and path.suffix == ".gz":
             return gzip.open(path, "rb")
-        return open(path, "rb")
+        f = open(path, "rb")
     except FileNotFoundError:
         raise DataError(f"{path}: not found") from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a directory, expected a text file") from None
     except PermissionError:
         raise DataError(f"{path}: permission denied") from None
+    if decompress and (kind := _compression(f)) is not None:
+        f.close()
+        rename = " under a .gz name" if kind == "gzip" else ""
+        raise DataError(f"{path}: is {kind}-compressed; mtkit reads plain text or gzip{rename}"
+                        + (": rename it" if rename else ": decompress it first"))
+    return f
+
+
+def _compression(f: IO[bytes]) -> str | None:
+    """The compression the start of an open file shows, if any (it is not consumed)."""
+    try:
+        head = f.peek(10)[:10] if hasattr(f, "peek") else b""
+    except OSError:  # reading says why, in its own words
+        return None
+    return next((kind for magic, kind in _COMPRESSED if magic.match(head)), None)
+
+
+def text_file_problem(path: Path) -> str | None:
+    """What makes `path` no file to read more than once, or None. Training data is read
+    several times (counted, fingerprinted, encoded): the second read of a named pipe
+    would wait forever for a writer, and a device reads as something else each time."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "not found"
+    except OSError:  # reading says why, in its own words
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, expected a text file"
+    if not stat.S_ISREG(mode):
+        return ("is not a regular file (a named pipe or a device), and training data is read "
+                "more than once; save it to a file first")
+    return None
+
+
+def require_text_file(path: Path) -> None:
+    """DataError naming `path` when text_file_problem finds one."""
+    if (problem := text_file_problem(path)) is not None:
+        raise DataError(f"{path}: {problem}")
 
 
 def read_lines(path: Path) -> Iterator[str]:

@@ -61,3 +61,20 @@ def test_select_writes_the_kept_pairs_and_reports_the_noise(tmp_path, capsys):
     (tmp_path / "bwd").write_text("-1\t-0.1\n", encoding="utf-8")
     assert dual_filter.main(["select", *p, out]) == 2
     assert "1 backward scores" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("inside", ["\u2028", "\u0085", "\x0c", "\r", "\x1c"])
+def test_lines_end_only_at_newlines_as_mtkit_reads_them(tmp_path, inside):
+    """A line separator inside a line (U+2028, NEL, a form feed, a lone CR) is text to
+    wc -l, score-pairs and mtkit train: splitting there shifted every later pair."""
+    src = [SRC[0], f"fuente {inside} partida", SRC[2]]
+    tgt = [TGT[0], TGT[1], f"target {inside} cut"]
+    for name, lines in (("src", src), ("tgt", tgt)):
+        (tmp_path / name).write_bytes("".join(f"{line}\r\n" for line in lines).encode())
+    out = str(tmp_path / "noisy")
+    assert dual_filter.main(["corrupt", str(tmp_path / "src"), str(tmp_path / "tgt"), out,
+                             "--share", "0"]) == 0
+    assert (tmp_path / "noisy.src").read_bytes().split(b"\n")[:-1] == [
+        line.encode() for line in src]
+    assert (tmp_path / "noisy.tgt").read_bytes().split(b"\n")[:-1] == [
+        line.encode() for line in tgt]
