@@ -41,6 +41,11 @@ def load_parent(recipe: Recipe) -> tuple[Recipe, Bundle, Parent]:
         recipe = dataclasses.replace(recipe, inherited=(), **taken)
         log.info("train.init_from: the %s section%s of %s", " and ".join(taken),
                  "s" if len(taken) > 1 else "", path)
+        try:  # the checks across sections, put off until the parent's were in
+            recipe.check()
+        except ValueError as exc:
+            raise ConfigError(f"train.init_from: {path} (its {' and '.join(taken)} "
+                              f"section{'s' if len(taken) > 1 else ''}): {exc}") from None
     old, new = bundle.recipe.model, recipe.model
     if old != new:
         differ = ", ".join(f"model.{name} {getattr(new, name)} (parent {getattr(old, name)})"
