@@ -139,3 +139,20 @@ def test_a_parent_of_separate_vocabularies_takes_a_tokenizer_section(tmp_path, m
     done = mtkit_cli(["train", recipe, "--until", "train"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "tokenizer.vocab_size 100 (parent" in done.stderr
+
+
+def test_a_child_resumed_without_its_parent_is_told_to_name_it(parent, tmp_path, mtkit_cli,
+                                                               expect_error):
+    """Left out when resuming, train.init_from is named, not the model keys that the
+    defaults standing in for the parent's section then differ in."""
+    parent_model = parent / "runs" / "tiny" / "model.pt"
+    recipe = child_recipe(tmp_path, parent_model)
+    done = mtkit_cli(["train", recipe, "--until", "train"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    last = tmp_path / "runs" / "child" / "checkpoints" / "checkpoint_last.pt"
+    before = last.read_bytes()
+    expect_error(mtkit_cli(["train", recipe, "--until", "train", "--set",
+                            "train.init_from=null", "--set", "train.max_steps=4"],
+                           cwd=tmp_path),
+                 f"this run started from train.init_from {parent_model}; give it again")
+    assert last.read_bytes() == before
