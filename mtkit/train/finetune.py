@@ -24,16 +24,16 @@ from mtkit.model.checkpoint import Bundle, Parent, load_checkpoint
 log = logging.getLogger("mtkit")
 
 
-def load_parent(recipe: Recipe) -> tuple[Recipe, Bundle, Parent]:
+def load_parent(recipe: Recipe, mmap: bool = False) -> tuple[Recipe, Bundle, Parent]:
     """The bundle train.init_from names, checked against the recipe, and the recipe with
     the sections its file left out taken from the parent (`Recipe.inherited`: model,
     tokenizer); ConfigError naming the key when it is missing, not a model, or of another
-    architecture."""
+    architecture. `mmap`: the weights are not read (a look at the settings)."""
     path = recipe.train.init_from
     if path is None:
         raise ValueError("the recipe has no train.init_from")  # a bug: callers check
     try:
-        bundle = load_checkpoint(path)
+        bundle = load_checkpoint(path, mmap=mmap)
     except CheckpointError as exc:
         raise ConfigError(f"train.init_from: {exc}") from None
     taken = {name: getattr(bundle.recipe, name) for name in recipe.inherited}

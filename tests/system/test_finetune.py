@@ -116,11 +116,20 @@ def test_an_inherited_model_section_is_checked_with_the_rest(parent, tmp_path, m
     """The recipe's other sections are checked against the parent's model, not the
     defaults that stand in for it until the parent is read: a layer of the default six
     but not of the parent's two is refused before anything is written (a run that wrote
-    checkpoints with it could not open them)."""
+    checkpoints with it could not open them), by --dry-run too."""
     recipe = child_recipe(tmp_path, parent / "runs" / "tiny" / "model.pt",
                           decode={"alignment_layer": 3})
-    expect_error(mtkit_cli(["train", recipe], cwd=tmp_path),
-                 "decode.alignment_layer 3: the model's decoder has 2 layers")
+    for dry_run in ([], ["--dry-run"]):
+        expect_error(mtkit_cli(["train", recipe, *dry_run], cwd=tmp_path),
+                     "decode.alignment_layer 3: the model's decoder has 2 layers")
+    assert not (tmp_path / "runs").exists()
+    # --dry-run shows the recipe the run will train with: the parent's model section
+    shown = mtkit_cli(["train", recipe, "--dry-run", "--set", "decode.alignment_layer=-1"],
+                      cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    resolved = yaml.safe_load(shown.stdout)
+    assert resolved["model"] == load_checkpoint(parent / "runs" / "tiny" / "model.pt"
+                                                ).recipe.to_dict()["model"]
     assert not (tmp_path / "runs").exists()
 
 
