@@ -179,6 +179,11 @@ def _check_continuation(run: PipelineRun) -> None:
     if run.restart or not paths.last.is_file():
         return
     bundle = load_checkpoint(paths.last, mmap=True)  # its settings, not its weights
+    if bundle.parent is not None and run.recipe.train.init_from is None:
+        # else the defaults standing in for the parent's model section are what differs
+        raise ConfigError(f"{paths.run_dir}: this run started from train.init_from "
+                          f"{bundle.parent.path}; give it again to continue the run, or "
+                          f"{RESTART_ADVICE}")
     check_same_model(bundle, run.recipe, paths.run_dir)
     # the training files first: when they changed, the tokenizer's stamp changed too
     check_same_data(bundle, _training_fingerprints(run, recipe_training_prints(run.recipe)),

@@ -149,6 +149,9 @@ def train(
     loaded = load_recipe(recipe, overrides)
     check_test_sets(loaded, str(recipe))  # scored only at the end: read before any stage
     if dry_run:
+        if loaded.train.init_from is not None:  # its sections, as the run will have them
+            from mtkit.train.finetune import load_parent
+            loaded = load_parent(loaded, mmap=True)[0]
         sys.stdout.write(loaded.to_yaml())
         return
     run_train_job(TrainJob(loaded, run_dir_of(recipe, run_dir), until=until, restart=restart,

@@ -92,11 +92,10 @@ def load_recipe(
         raise ConfigError(f"{path}: a recipe is a mapping of sections (data, model, ...)")
     apply_overrides(raw, overrides, where=str(path))
     # a fine-tuning recipe may leave out the sections its parent brings
-    inherited = tuple(s for s in INHERITABLE if s not in raw)
     init_from = isinstance(raw.get("train"), dict) and raw["train"].get("init_from")
-    recipe = recipe_from_dict(raw, base_dir=path.parent, where=str(path), name=path.stem)
-    if init_from and inherited:
-        recipe = dataclasses.replace(recipe, inherited=inherited)
+    inherited = tuple(s for s in INHERITABLE if s not in raw) if init_from else ()
+    recipe = recipe_from_dict(raw, base_dir=path.parent, where=str(path), name=path.stem,
+                              inherited=inherited)
     if not recipe.data.train:  # a bundle's recipe may have none (an imported model's)
         raise ConfigError(f"{path}: data.train: list at least one corpus {{src, tgt}}")
     if check_files:
@@ -107,14 +106,18 @@ def load_recipe(
 
 
 def recipe_from_dict(
-    raw: dict[str, Any], base_dir: Path = Path("."), where: str = "recipe", name: str = "recipe"
+    raw: dict[str, Any], base_dir: Path = Path("."), where: str = "recipe", name: str = "recipe",
+    inherited: tuple[str, ...] = (),
 ) -> Recipe:
-    """A Recipe from raw values (a parsed YAML file, or the dict a checkpoint stores)."""
+    """A Recipe from raw values (a parsed YAML file, or the dict a checkpoint stores);
+    `inherited`: the sections a fine-tuning recipe leaves to its parent (`Recipe.inherited`)."""
     raw = upgrade_recipe(raw, where)
     for internal in ("name", "inherited"):
         if internal in raw:
             raise ConfigError(f"{where}: {unknown_key(internal, field_types(Recipe), '')}")
     raw["name"] = name
+    if inherited:
+        raw["inherited"] = inherited
     return build(Recipe, raw, key="", ctx=Context(where, base_dir))
 
 

@@ -359,7 +359,10 @@ class Recipe:
     inherited: tuple[str, ...] = field(default=(), metadata={"internal": True})
 
     def check(self) -> None:
-        if self.decode.alignment_index(self.model.dec_layers) is None:
+        # a section left to the parent holds defaults until the parent is read: what
+        # depends on one is checked then, with the parent's (finetune.load_parent)
+        model, tokenizer = ("model" not in self.inherited, "tokenizer" not in self.inherited)
+        if model and self.decode.alignment_index(self.model.dec_layers) is None:
             raise ValueError(self.decode.alignment_layer_error(self.model.dec_layers))
         if self.tokenizer.kind == "vocab" and (self.tokenizer.model is not None or (
                 self.data.train and self.train.init_from is None)):
@@ -369,10 +372,11 @@ class Recipe:
         if self.train.init_from is not None and self.tokenizer.model is not None:
             raise ValueError("tokenizer.model: train.init_from brings the parent's "
                              "SentencePiece model; leave tokenizer.model out")
-        if self.tokenizer.sample_alpha and any(c.alignments for c in self.data.train):
+        if tokenizer and self.tokenizer.sample_alpha and any(c.alignments for c in
+                                                             self.data.train):
             raise ValueError("data.train alignments: word links fix one segmentation; leave "
                              "them out or set tokenizer.sample_alpha: 0")
-        if self.model.tie_embeddings == "all" and not self.tokenizer.joint:
+        if model and tokenizer and self.model.tie_embeddings == "all" and not self.tokenizer.joint:
             raise ValueError(
                 "model.tie_embeddings: 'all' needs tokenizer.joint: true "
                 "(one vocabulary); use 'decoder' or 'none' with separate vocabularies"

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mtkit.data.tokenizer import Tokenizer
-from mtkit.data.words import output_units, source_units
+from mtkit.data.words import source_units, target_units
 from mtkit.errors import DataError
 
 SIDE = "links"  # the binarised side's name: {split}.links.bin/.idx
@@ -73,8 +73,8 @@ def encode_links(tokenizer: Tokenizer, lines: tuple[list[str], list[str], list[s
     flat: list[np.ndarray] = []
     for k, (src, tgt, text, src_ids, tgt_ids) in enumerate(zip(*lines, *ids, strict=True)):
         words = parse_links(text, len(src.split()), len(tgt.split()), f"{path}:{first + k}")
-        flat.append(piece_links(words, source_units(tokenizer, src_ids, "word"),
-                                output_units(tokenizer, tgt_ids, "word")).reshape(-1))
+        flat.append(piece_links(words, source_units(tokenizer, src, src_ids, "word"),
+                                target_units(tokenizer, tgt, tgt_ids)).reshape(-1))
     lens = np.fromiter(map(len, flat), dtype=np.int64, count=len(flat))
     values = np.concatenate(flat) if flat else np.empty(0, dtype=np.int32)
     return values.astype(np.int32, copy=False), lens

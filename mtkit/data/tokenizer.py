@@ -24,7 +24,7 @@ from mtkit.data.spm_input import (
     training_error,
     training_sentences,
 )
-from mtkit.data.vocab import SpecialIds, Vocabulary
+from mtkit.data.vocab import TAG_CLOSE, TAG_OPEN, SpecialIds, Vocabulary
 from mtkit.errors import CheckpointError, DataError
 from mtkit.files.atomic import atomic_write_bytes
 
@@ -309,6 +309,33 @@ class Tokenizer:
         if proc not in self._piece_scores:  # read once, not for every chunk of an epoch
             self._piece_scores[proc] = piece_scores(proc)
         return sample_segmentations(proc, list(lines), sampling, self._piece_scores[proc])
+
+    def spans(self, side: str, line: str) -> list[tuple[int, int] | None]:
+        """Where in `line` each id of its best segmentation comes from, laid out as
+        `encode_src([line])` (side "src") or `encode_tgt` gives them: (begin, end)
+        character offsets of the text of `line` its piece stands for (empty for a piece the
+        normaliser added, such as a leading ▁, or for all but the last byte piece of a
+        character); None for a tag or language token. Word alignments count the line's own
+        whitespace words by these, since normalising can change them (NFKC makes ´ a space
+        and an accent; control characters are dropped)."""
+        proc = self._src if side == "src" else self._tgt
+        lead: list[tuple[int, int] | None] = []
+        text, shift = line, 0
+        if self.vocab is not None and side == "src" and line.startswith(TAG_OPEN) and (
+                end := line.find(TAG_CLOSE)) != -1:  # a >>xx<< token, as Vocabulary.encode
+            lead, text, shift = [None], line[end + 2:], end + 2
+        if side == "src" and self.source_tag is not None:
+            lead = [None, *lead]
+        if side == "tgt":
+            lead = [None] * len(self.target_start)
+        starts = np.cumsum([0] + [len(c.encode("utf-8")) for c in text])  # char -> byte
+        pieces = proc.encode(text, return_type="proto").pieces
+
+        def char(offset: int) -> int:  # the character holding byte `offset` of text
+            return shift + int(np.searchsorted(starts, offset, side="right")) - 1
+
+        return [*lead, *((char(p.begin), char(p.end - 1) + 1 if p.end > p.begin
+                          else char(p.begin)) for p in pieces)]
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Ids to text; special ids (< 4: pad, unk, bos, eos) are left out."""

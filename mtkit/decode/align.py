@@ -8,7 +8,8 @@ attention over the source pieces, heads averaged, at the decoder position that p
 the piece: the one that reads the piece before it (the start token for the first) and
 at which the search chose it. Each output piece links to the source piece it attends to
 most, never the source's EOS or a tag or language token. At word level both sides are
-lifted to whitespace words (`piece_words`), so every output word has at least one link.
+lifted to whitespace words (mtkit.data.words: the source line's as written, the output's as
+decoded), so every output word has at least one link.
 
 Attention is not trained to align: the links are rough (docs/guides/alignments.md).
 """
@@ -61,11 +62,12 @@ def best_links(attention: Tensor, src_units: Sequence[int | None],
     return tuple(sorted(pairs))  # type: ignore[arg-type]  # None was masked out
 
 
-def align(cross_attention: CrossAttention, tokenizer: Tokenizer,
+def align(cross_attention: CrossAttention, tokenizer: Tokenizer, lines: Sequence[str],
           sources: Sequence[list[int]], targets: Sequence[list[int]], layer: int,
           unit: str = "word", max_tokens: int = 4096) -> list[Links]:
     """The links of each (source, output) pair of ids, as `tokenizer` (the Translator's:
-    with its tag, if any) encoded and decodes them; an empty side has none. `layer`: a
+    with its tag, if any) encoded and decodes them, the sources being `lines` encoded
+    (source words are those of the lines as written); an empty side has none. `layer`: a
     decoder layer index (`DecodeConfig.alignment_index`); `max_tokens` bounds each pass's batch."""
     if unit not in UNITS:
         raise ValueError(f"alignment unit {unit!r}: expected {' or '.join(UNITS)}")
@@ -77,6 +79,7 @@ def align(cross_attention: CrossAttention, tokenizer: Tokenizer,
         weights = cross_attention([sources[k] for k in chosen], [targets[k] for k in chosen],
                                   layer)
         for k, attention in zip(chosen, weights, strict=True):
-            found[k] = best_links(attention, source_units(tokenizer, sources[k], unit),
+            found[k] = best_links(attention,
+                                  source_units(tokenizer, lines[k], sources[k], unit),
                                   output_units(tokenizer, targets[k], unit))
     return found

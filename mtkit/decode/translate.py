@@ -258,7 +258,8 @@ class Translator:
         encoded = tokenizer.encode_src([lines[i] for i in todo]) if todo else []
         pairs = [(i, k) for i in todo for k in range(len(found[i]))]
         sources = dict(zip(todo, (ids[: self.max_source] for ids in encoded)))
-        links = align(self.engine.cross_attention, tokenizer, [sources[i] for i, _ in pairs],
+        links = align(self.engine.cross_attention, tokenizer, [lines[i] for i, _ in pairs],
+                      [sources[i] for i, _ in pairs],
                       [found[i][k].tokens for i, k in pairs], layer, unit, self.max_tokens)
         out: list[list[Links]] = [[() for _ in hyps] for hyps in found]
         for (i, k), pair_links in zip(pairs, links, strict=True):

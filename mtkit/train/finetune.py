@@ -24,16 +24,16 @@ from mtkit.model.checkpoint import Bundle, Parent, load_checkpoint
 log = logging.getLogger("mtkit")
 
 
-def load_parent(recipe: Recipe) -> tuple[Recipe, Bundle, Parent]:
+def load_parent(recipe: Recipe, mmap: bool = False) -> tuple[Recipe, Bundle, Parent]:
     """The bundle train.init_from names, checked against the recipe, and the recipe with
     the sections its file left out taken from the parent (`Recipe.inherited`: model,
     tokenizer); ConfigError naming the key when it is missing, not a model, or of another
-    architecture."""
+    architecture. `mmap`: the weights are not read (a look at the settings)."""
     path = recipe.train.init_from
     if path is None:
         raise ValueError("the recipe has no train.init_from")  # a bug: callers check
     try:
-        bundle = load_checkpoint(path)
+        bundle = load_checkpoint(path, mmap=mmap)
     except CheckpointError as exc:
         raise ConfigError(f"train.init_from: {exc}") from None
     taken = {name: getattr(bundle.recipe, name) for name in recipe.inherited}
@@ -41,6 +41,11 @@ def load_parent(recipe: Recipe) -> tuple[Recipe, Bundle, Parent]:
         recipe = dataclasses.replace(recipe, inherited=(), **taken)
         log.info("train.init_from: the %s section%s of %s", " and ".join(taken),
                  "s" if len(taken) > 1 else "", path)
+        try:  # the checks across sections, put off until the parent's were in
+            recipe.check()
+        except ValueError as exc:
+            raise ConfigError(f"train.init_from: {path} (its {' and '.join(taken)} "
+                              f"section{'s' if len(taken) > 1 else ''}): {exc}") from None
     old, new = bundle.recipe.model, recipe.model
     if old != new:
         differ = ", ".join(f"model.{name} {getattr(new, name)} (parent {getattr(old, name)})"

@@ -15,9 +15,9 @@ from builders import DATA, prepare, reverse_links, reverse_recipe, reverse_task,
 from mtkit.config import recipe_from_dict
 from mtkit.data.binarize import binarize
 from mtkit.data.dataset import ParallelData
-from mtkit.data.links import parse_links
+from mtkit.data.links import encode_links, parse_links
 from mtkit.data.tokenizer import Tokenizer
-from mtkit.data.words import output_units, source_units
+from mtkit.data.words import source_units, target_units
 from mtkit.errors import DataError
 from mtkit.train.run import RunPaths
 from mtkit.train.trainer import train
@@ -50,8 +50,8 @@ def test_piece_links_spell_the_word_links(tokenizer: Tokenizer, tmp_path: Path) 
     for i, line in enumerate(kept.tolist()):
         s_text, t_text, l_text = (text[line] for text in texts)
         words = set(parse_links(l_text, len(s_text.split()), len(t_text.split()), "x"))
-        s_units = source_units(tokenizer, data.src(i).tolist(), "word")
-        t_units = output_units(tokenizer, data.tgt(i).tolist(), "word")
+        s_units = source_units(tokenizer, s_text, data.src(i).tolist(), "word")
+        t_units = target_units(tokenizer, t_text, data.tgt(i).tolist())
         found = {(s_units[s], t_units[t]) for s, t in data.links(i).tolist()}
         spelled = {(a, b) for a, b in words if a in s_units and b in t_units}
         assert found == spelled, line
@@ -77,12 +77,33 @@ def test_a_split_is_kept_with_its_links_and_rebuilt_when_they_change(
     binarize(tokenizer, {"train": (src, tgt)}, out, workers=1, alignments={"train": links})
     assert "unchanged" not in capfd.readouterr().err
     data = ParallelData(out, "train")
-    s_units = source_units(tokenizer, data.src(0).tolist(), "word")
-    t_units = output_units(tokenizer, data.tgt(0).tolist(), "word")
+    first = int(np.fromfile(out / "train.lines", dtype=np.int64)[0])
+    s_text, t_text = (f.read_text(encoding="utf-8").splitlines()[first] for f in (src, tgt))
+    s_units = source_units(tokenizer, s_text, data.src(0).tolist(), "word")
+    t_units = target_units(tokenizer, t_text, data.tgt(0).tolist())
     assert {(s_units[s], t_units[t]) for s, t in data.links(0).tolist()} == {(0, 0)}
     binarize(tokenizer, {"train": (src, tgt)}, out, workers=1)
     assert not ParallelData(out, "train").has_links
     assert ParallelData(out, "train").links(0).shape == (0, 2)
+
+
+@pytest.mark.parametrize("src, tgt, link, words", [
+    ("Esther´s casa grande", "Esther´s big house", "1-2", ("casa", "house")),
+    ("dijo´ \x01 casa", "said´ \x01 house", "2-2", ("casa", "house")),
+])
+def test_links_join_the_pieces_of_the_lines_own_words(tokenizer: Tokenizer, src: str, tgt: str,
+                                                      link: str, words: tuple[str, str]) -> None:
+    """An aligner counts the words of the line as written; SentencePiece's normaliser
+    splits "Esther´s" in two (NFKC: ´ is a space and an accent) and drops a word of
+    control characters, yet link i-j joins the pieces of those words, no others."""
+    (src_ids,), (tgt_ids,) = tokenizer.encode_src([src]), tokenizer.encode_tgt([tgt])
+    values, counts = encode_links(tokenizer, ([src], [tgt], [link]), ([src_ids], [tgt_ids]),
+                                  ("train.links", 1))
+    pairs = values.reshape(-1, 2).tolist()
+    assert counts.tolist() == [values.size] and pairs
+    (source,) = tokenizer.decode_src([[src_ids[s] for s in sorted({s for s, _ in pairs})]])
+    (target,) = tokenizer.decode_tgt([[tgt_ids[t] for t in sorted({t for _, t in pairs})]])
+    assert (source, target) == words
 
 
 @pytest.mark.parametrize("line, needle", [

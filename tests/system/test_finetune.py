@@ -9,7 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from builders import bible_recipe, metrics_records
+import yaml
+from builders import DATA, bible_recipe, metrics_records
 
 from mtkit.files.textio import file_fingerprint
 from mtkit.model.checkpoint import load_checkpoint
@@ -99,3 +100,68 @@ def test_bad_init_from(parent, tmp_path, mtkit_cli, expect_error):
     for args, *needles in cases:
         expect_error(mtkit_cli([*train, *args], cwd=tmp_path), *needles)
         assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def child_recipe(directory: Path, parent_model: Path, **sections: dict) -> str:
+    """A fine-tuning recipe of two updates with no model section: the parent's."""
+    raw = {"data": {"train": {"src": str(DATA / "train.es"), "tgt": str(DATA / "train.en")}},
+           "train": {**CHILD_TRAIN, "init_from": str(parent_model), "max_tokens": 1024},
+           **sections}
+    (directory / "child.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return "child.yaml"
+
+
+def test_an_inherited_model_section_is_checked_with_the_rest(parent, tmp_path, mtkit_cli,
+                                                             expect_error):
+    """The recipe's other sections are checked against the parent's model, not the
+    defaults that stand in for it until the parent is read: a layer of the default six
+    but not of the parent's two is refused before anything is written (a run that wrote
+    checkpoints with it could not open them), by --dry-run too."""
+    recipe = child_recipe(tmp_path, parent / "runs" / "tiny" / "model.pt",
+                          decode={"alignment_layer": 3})
+    for dry_run in ([], ["--dry-run"]):
+        expect_error(mtkit_cli(["train", recipe, *dry_run], cwd=tmp_path),
+                     "decode.alignment_layer 3: the model's decoder has 2 layers")
+    assert not (tmp_path / "runs").exists()
+    # --dry-run shows the recipe the run will train with: the parent's model section
+    shown = mtkit_cli(["train", recipe, "--dry-run", "--set", "decode.alignment_layer=-1"],
+                      cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    resolved = yaml.safe_load(shown.stdout)
+    assert resolved["model"] == load_checkpoint(parent / "runs" / "tiny" / "model.pt"
+                                                ).recipe.to_dict()["model"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_parent_of_separate_vocabularies_takes_a_tokenizer_section(tmp_path, mtkit_cli):
+    """A tokenizer section as the parent's (an imported model's separate vocabularies),
+    the model section left out: the parent's (tie_embeddings decoder) goes with joint:
+    false, not the default that stands in for it ('all', which needs one vocabulary)."""
+    pytest.importorskip("transformers")
+    from hf_marian import build_marian
+
+    done = mtkit_cli(["import", build_marian(tmp_path / "opus-mt", shared=False), "-o",
+                      "parent.pt"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    recipe = child_recipe(tmp_path, tmp_path / "parent.pt",
+                          tokenizer={"kind": "vocab", "joint": False, "vocab_size": 100})
+    done = mtkit_cli(["train", recipe, "--until", "train"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "tokenizer.vocab_size 100 (parent" in done.stderr
+
+
+def test_a_child_resumed_without_its_parent_is_told_to_name_it(parent, tmp_path, mtkit_cli,
+                                                               expect_error):
+    """Left out when resuming, train.init_from is named, not the model keys that the
+    defaults standing in for the parent's section then differ in."""
+    parent_model = parent / "runs" / "tiny" / "model.pt"
+    recipe = child_recipe(tmp_path, parent_model)
+    done = mtkit_cli(["train", recipe, "--until", "train"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    last = tmp_path / "runs" / "child" / "checkpoints" / "checkpoint_last.pt"
+    before = last.read_bytes()
+    expect_error(mtkit_cli(["train", recipe, "--until", "train", "--set",
+                            "train.init_from=null", "--set", "train.max_steps=4"],
+                           cwd=tmp_path),
+                 f"this run started from train.init_from {parent_model}; give it again")
+    assert last.read_bytes() == before
