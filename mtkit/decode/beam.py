@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from mtkit.decode.topk import top_k
+from mtkit.model.cache import gather_rows
 from mtkit.runtime.compiled import compiled_function
 
 NEG_INF = float("-inf")
@@ -92,6 +93,11 @@ class Beams:
         seqs[:, 0] = bos
         return cls(torch.arange(n, device=device), caps, logprob, seqs,
                    Finished.empty(n, nbest, steps, device), offsets(n, beam, device))
+
+    @property
+    def live(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """What beam_step reads of the live beams, in its order."""
+        return self.logprob, self.seqs, self.offsets, self.caps
 
     def select(self, keep: Tensor) -> Beams:
         beam = self.logprob.size(1)
@@ -274,5 +280,31 @@ def beam_step(lprobs: Tensor, logprob: Tensor, seqs: Tensor, offsets: Tensor, ca
     return logprob, seqs, rows, done, finished
 
 
-# beam_step compiled by TorchScript, once a process (the Python function where it cannot be)
+def log_probs(logits: Tensor, never: Tensor) -> Tensor:
+    """(N, V) one model's logits -> fp32 log-probabilities, -inf at the ids in `never`
+    (tokens the search must not produce)."""
+    return logits.float().log_softmax(dim=-1).index_fill_(1, never, float("-inf"))
+
+
+def cached_beam_step(logits: Tensor, never: Tensor, logprob: Tensor, seqs: Tensor,
+                     offsets: Tensor, caps: Tensor, finished: FinishedParts, t: int, eos: int,
+                     pad: int, lenpen: float, stop: str, self_kv: Tensor, spare_kv: Tensor,
+                     used: int) -> tuple[Tensor, Tensor, Tensor, Tensor, FinishedParts, int]:
+    """One model's step after its decoder, in one compiled call: its log-probs
+    (`log_probs`), `beam_step`, and, when no sentence is done, its decoder cache's reorder
+    to the new rows (`gather_rows` on the cache's K/V buffers, `used` positions filled).
+    The last value: 0 when a sentence is done (the cache is left to the caller), 1 when
+    the rows moved in place, 2 when they were gathered into spare_kv (the caller swaps the
+    buffers: `DecoderCache.gathered`)."""
+    lprobs = log_probs(logits, never).view(logprob.size(0), logprob.size(1), -1)
+    logprob, seqs, rows, done, finished = beam_step(lprobs, logprob, seqs, offsets, caps,
+                                                    finished, t, eos, pad, lenpen, stop)
+    moved = 0
+    if not bool(done.any()):
+        moved = 2 if gather_rows(self_kv, spare_kv, rows, used) else 1
+    return logprob, seqs, rows, done, finished, moved
+
+
+# compiled by TorchScript, once a process (the Python functions where they cannot be)
 compiled_beam_step = compiled_function(beam_step)
+compiled_cached_beam_step = compiled_function(cached_beam_step)

@@ -44,10 +44,14 @@ from mtkit.decode.beam import (
     STOP_RULES,
     Beams,
     Finished,
+    FinishedParts,
     beam_step,
     compiled_beam_step,
+    compiled_cached_beam_step,
+    log_probs,
 )
 from mtkit.decode.prefix import ForcedPrefix
+from mtkit.model.cache import DecoderCache
 
 # How a search may pick each row's next token instead of the argmax (sampling.py):
 # (lprobs (N, V), step t, rows (N,): each live row's index in the batch) -> the tokens (N,)
@@ -228,9 +232,16 @@ class _Ensemble:
         else:
             logits = [m.decode(seqs[:, : t + 1], mem, mask)[:, -1]
                       for m, (mem, mask) in zip(self.models, self.encoded, strict=True)]
-        lprobs = [x.float().log_softmax(dim=-1) for x in logits]
-        lprobs = lprobs[0] if len(lprobs) == 1 else torch.stack(lprobs).mean(dim=0)
+        if len(logits) == 1:
+            return log_probs(logits[0], self.never)
+        lprobs = torch.stack([x.float().log_softmax(dim=-1) for x in logits]).mean(dim=0)
         return lprobs.index_fill_(1, self.never, NEG_INF)
+
+    def one_cache(self) -> DecoderCache | None:
+        """The cache of the one model when one model steps with mtkit's DecoderCache (the
+        case beam.cached_beam_step serves)."""
+        caches = self.caches or []
+        return caches[0] if len(caches) == 1 and isinstance(caches[0], DecoderCache) else None
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Row i becomes old row rows[i] in every model's state; `sentences` lists the
@@ -377,17 +388,16 @@ def beam_search(
     beams = Beams.start(caps, beam, nbest, steps, specials.start, pad)
     results = Finished.empty(batch, nbest, steps, src.device)  # by sentence
 
-    step = compiled_beam_step() if src.device.type == "cpu" else beam_step
+    one = dec.one_cache() if src.device.type == "cpu" else None
     for t in range(steps):
         n = beams.rows.numel()
-        lprobs = dec.log_probs(beams.seqs, t).view(n, beam, -1)  # (n, beam, V)
-        if prefix is not None and t < prefix.width:
-            lprobs = prefix.force_beams(lprobs, beams.logprob, t, beams.rows)
-        logprob, seqs, rows, done, finished = step(
-            lprobs, beams.logprob, beams.seqs, beams.offsets, beams.caps,
-            beams.finished.parts, t, eos, pad, lenpen, stop)
+        logprob, seqs, rows, done, finished, moved = _beam_step(
+            dec, one, beams, prefix, (t, eos, pad, lenpen, stop))
         beams = Beams(beams.rows, beams.caps, logprob, seqs, Finished(*finished),
                       beams.offsets)
+        if moved:  # every sentence goes on, and the one cache has its new rows
+            one.gathered(moved == 2)
+            continue
         keep = _kept_in_place(done)  # the step's one host-device sync
         if keep.numel() == n:
             dec.reorder(rows)
@@ -398,6 +408,27 @@ def beam_search(
         beams = beams.select(keep)
         dec.reorder(rows.view(n, beam)[keep].view(-1), keep)
     return _hypotheses(results)
+
+
+def _beam_step(dec: _Ensemble, one: DecoderCache | None, beams: Beams,
+               prefix: ForcedPrefix | None, rule: tuple[int, int, int, float, str]
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor, FinishedParts, int]:
+    """Step t of beam search (rule: t, eos, pad, lenpen, stop): beam.beam_step's values
+    and whether the decoder cache was reordered too (beam.cached_beam_step; 0: not)."""
+    t = rule[0]
+    if one is not None and (prefix is None or t >= prefix.width):
+        # one model on the CPU: its log-probs, the bookkeeping and, when every sentence
+        # goes on, the cache's reorder, in one compiled call
+        logits = dec.models[0].decode_step(beams.seqs[:, t], one)
+        return compiled_cached_beam_step()(logits, dec.never, *beams.live,
+                                           beams.finished.parts, *rule, one.self_kv,
+                                           one.spare_kv, one.step)
+    n, beam = beams.logprob.shape
+    lprobs = dec.log_probs(beams.seqs, t).view(n, beam, -1)  # (n, beam, V)
+    if prefix is not None and t < prefix.width:
+        lprobs = prefix.force_beams(lprobs, beams.logprob, t, beams.rows)
+    step = compiled_beam_step() if lprobs.device.type == "cpu" else beam_step
+    return *step(lprobs, *beams.live, beams.finished.parts, *rule), 0
 
 
 def _hypotheses(finished: Finished) -> list[list[Hypothesis]]:

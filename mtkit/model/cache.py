@@ -71,6 +71,13 @@ class DecoderCache:
             if self.src_keep is not None:
                 self.src_keep = _keep_rows(self.src_keep, sentences, moved_sentences)
 
+    def gathered(self, into_spare: bool) -> None:
+        """Every sentence's rows were reordered outside `reorder`, by gather_rows on this
+        cache's buffers (beam.cached_beam_step): swap them if the rows went into the
+        spare one."""
+        if into_spare:
+            self.self_kv, self.spare_kv = self.spare_kv, self.self_kv
+
 
 def gather_rows(kv: Tensor, spare: Tensor, rows: Tensor, used: int) -> bool:
     """Positions < used of row i of kv (layers, 2, R, H, max_len, dh) become those of old

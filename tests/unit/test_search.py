@@ -369,3 +369,26 @@ def test_the_searches_take_the_special_ids_of_the_model(specials: SpecialIds,
                                specials=specials)
     assert [[h.tokens for h in hyps] for hyps in beams] == [[[A], []]] * 2
     assert search.source_lengths(src, specials).tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("stop", ["early", "exact", "top"])
+def test_one_models_fused_step_equals_the_step_by_step_search(stop, monkeypatch):
+    """One mtkit model on the CPU steps through beam.cached_beam_step (log-probs, the
+    bookkeeping and the cache's reorder in one compiled call) until a sentence is done:
+    the same hypotheses, bit for bit, as the search that reorders the cache on its own."""
+    from mtkit.config import ModelConfig
+    from mtkit.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(enc_layers=1, dec_layers=2, d_model=16, heads=2, ffn_dim=32,
+                      dropout=0.0, max_positions=64)
+    model = Transformer(cfg, VOCAB, VOCAB, pad_id=PAD).eval()
+    src = torch.tensor([[A, B, EOS, PAD, PAD], [C, C, D, B, EOS], [B, EOS, PAD, PAD, PAD],
+                        [D, A, C, EOS, PAD]])
+    settings = dict(beam=3, nbest=2, lenpen=0.6, max_len_a=1.0, max_len_b=3, stop=stop)
+    fused = beam_search(model, src, **settings)
+    with monkeypatch.context() as patch:
+        patch.setattr(search._Ensemble, "one_cache", lambda self: None)
+        stepwise = beam_search(model, src, **settings)
+    assert fused == stepwise
+    assert len({len(h[0].tokens) for h in fused}) > 1  # sentences ended at different steps
