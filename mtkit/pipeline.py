@@ -395,8 +395,7 @@ def average_stage(run: PipelineRun) -> None:
     stamp["chosen"] = run.chosen = chosen
     paths.model_stamp.unlink(missing_ok=True)
     save_checkpoint(paths.model, bundle)
-    # the file this choice made: `mtkit info` reads the choice only while model.pt is it
-    stamp["model"] = file_fingerprint(paths.model)
+    stamp["model"] = file_fingerprint(paths.model)  # `info` trusts `chosen` while it is this
     _write_stamp(paths.model_stamp, stamp)
 
 

@@ -27,6 +27,11 @@ X_LEVELS = 127  # x is quantised to 0..127, not 0..255: see Int8Linear
 # beam rows, or a few sentences'. Beyond, oneDNN's int8 matmul is faster (2-3x at 320
 # rows on an AMX Xeon); below, fbgemm's (one call, no per-shape set-up).
 FEW_ROWS = 16
+# ... and at one thread, where fbgemm has no rows to split: up to this many. oneDNN sets
+# itself up again for every new row count, which one sentence's encoder (its length in
+# rows) mostly is; through fbgemm a verse's encoder, and the steps of batches of a dozen
+# sentences, were faster (docs/benchmarks.md).
+FEW_ROWS_ONE_THREAD = 64
 # ... in layers of at least this many multiply-adds per row, when torch runs several
 # threads. fbgemm's call costs about 15 us before it multiplies, and splits few rows
 # poorly between threads: at 2 threads a smaller layer's fp32 weights multiply 5 rows
@@ -123,7 +128,9 @@ class Int8Linear(nn.Module):
         path, and whether that path is fbgemm's kernel (FBGEMM_WORK) or fp32's. Asked once
         a call: decode_step calls every layer at every step."""
         threads = torch.get_num_threads()
-        if self.fbgemm is not None and (self.dequantized is None or threads == 1):
+        if self.fbgemm is not None and threads == 1:
+            return FEW_ROWS_ONE_THREAD, True
+        if self.fbgemm is not None and self.dequantized is None:
             return FEW_ROWS, True
         if self.dequantized is None:
             return 0, False

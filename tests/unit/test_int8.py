@@ -15,7 +15,13 @@ from builders import SPECIALS, raw_recipe
 from mtkit.config import DecodeConfig, ModelConfig, recipe_from_dict
 from mtkit.decode import int8 as int8_module
 from mtkit.decode.engine import TorchEngine
-from mtkit.decode.int8 import FEW_ROWS, FP32_WORK, Int8Linear, quantize_int8
+from mtkit.decode.int8 import (
+    FEW_ROWS,
+    FEW_ROWS_ONE_THREAD,
+    FP32_WORK,
+    Int8Linear,
+    quantize_int8,
+)
 from mtkit.decode.translate import Translator
 from mtkit.model.step import StepWeights
 from mtkit.model.transformer import Transformer
@@ -113,7 +119,8 @@ def test_few_rows_follow_the_layer_size_and_the_threads(threads, monkeypatch):
     """Up to FBGEMM_WORK multiply-adds a row, or without fbgemm, each layer takes the rows
     that fit in fp32_work multiply-adds per thread; a layer where one row does not fit at
     the threads it is made with keeps no fp32 copy. From FBGEMM_WORK on, with fbgemm, a
-    layer takes FEW_ROWS, and keeps no fp32 copy; at one thread, every layer does."""
+    layer takes FEW_ROWS, and keeps no fp32 copy; at one thread, every layer takes
+    FEW_ROWS_ONE_THREAD through fbgemm."""
     model = Transformer(TINY, VOCAB, VOCAB).eval()
     threads(1)
     quantized = quantize_int8(model, 16 * 32 * 3, "fp32")  # the 16 -> 32 layer: 3 rows
@@ -131,7 +138,8 @@ def test_few_rows_follow_the_layer_size_and_the_threads(threads, monkeypatch):
     assert all(m.dequantized is not None for m in auto)  # all small: fp32 at 2 threads
     assert all(m.few_rows_max == 2 * FP32_WORK // m.size for m in auto)
     threads(1)  # ... and fbgemm's at one thread, where there is fbgemm
-    assert all(m.few_rows_max == (FEW_ROWS if FBGEMM else FP32_WORK // m.size) for m in auto)
+    assert all(m.few_rows_max == (FEW_ROWS_ONE_THREAD if FBGEMM else FP32_WORK // m.size)
+               for m in auto)
     threads(2)
     monkeypatch.setattr(int8_module, "FBGEMM_WORK", 16 * 32)
     auto = [m for m in quantize_int8(model).modules() if isinstance(m, Int8Linear)]
@@ -202,6 +210,7 @@ def test_a_sentence_alone_translates_as_in_a_batch(monkeypatch, paths_taken, thr
     # 32 -> 96 (self-attention's q, k, v), the largest layer but the output: 5 rows
     monkeypatch.setattr(int8_module, "FP32_WORK", 32 * 96 * 5)
     monkeypatch.setattr(int8_module, "FBGEMM_WORK", 0)  # fbgemm for every layer (auto)
+    monkeypatch.setattr(int8_module, "FEW_ROWS_ONE_THREAD", FEW_ROWS)  # 64 rows: oneDNN's
     engine = TorchEngine([quantize_int8(model, few=few)], WordTokenizer(),
                          recipe_from_dict(raw_recipe("a", "b")))
     settings = DecodeConfig(beam=4, lenpen=1.0, max_len_a=1.0, max_len_b=4)
