@@ -405,3 +405,25 @@ def test_int8_quantisation_keeps_the_line_contract_and_the_model(model, mtkit_cl
         approx = quantized(src, tgt).log_softmax(-1)
     assert (full.argmax(-1) == approx.argmax(-1)).float().mean() >= 0.8
     assert (full - approx).abs().max() < 1.0  # int8 weights: close, not equal
+
+
+# --------------------------------------------------------------------------- compiled steps
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_the_compiled_search_translates_as_plain_python(model, mtkit_script, tmp_path,
+                                                        quantize):
+    """On the CPU the decode step and the search's bookkeeping run compiled by TorchScript
+    (docs/architecture.md); under torch's PYTORCH_JIT=0 they run as the Python they are
+    written in. The same n-best lists and scores, to the last printed digit."""
+    script, env = mtkit_script
+    lines = "".join(line + "\n" for line in spanish_lines()[:12])
+    args = [script, "translate", "-m", model, "--beam", "4", "--nbest", "2", "--scores",
+            "--quantize", quantize, "--threads", "1"]
+    outputs = []
+    for jit in ("1", "0"):
+        done = subprocess.run(args, cwd=tmp_path, input=lines.encode(), capture_output=True,
+                              env={**env, "PYTORCH_JIT": jit}, timeout=300)
+        assert done.returncode == 0, done.stderr.decode()
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1] and outputs[0].count(b"\n") == 24
