@@ -109,7 +109,7 @@ def explicit_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None,
     weights = attention_weights(q, k, keep, causal)
     if dropout_p:
         weights = dropout(weights, dropout_p)
-    return weights @ v
+    return weights @ v  # (B, H, Tq, dh)
 
 
 def attention_weights(q: Tensor, k: Tensor, keep: Tensor | None, causal: bool = False
@@ -166,7 +166,7 @@ def residual(
     pre-norm:              x + dropout(sublayer(norm(x)))   (trains without warmup tricks)
     """
     y = sublayer(norm(x) if pre_norm else x)
-    if training:  # skipping the call at inference trims per-step overhead in decode_step
+    if training:
         y = dropout(y, p)
     return x + y if pre_norm else norm(x + y)
 
@@ -270,7 +270,8 @@ class FeedForward(nn.Module):
 
 def feed_forward(x: Tensor, w_in: Callable[[Tensor], Tensor], w_out: Callable[[Tensor], Tensor],
                  activation: str) -> Tensor:
-    """(..., D) -> (..., D) through the two linears (modules, or decode_step's StepLinears)."""
+    """(..., D) -> (..., D) through the two linear modules (decode_step has its own:
+    step.LayerStep.feed_forward)."""
     h = w_in(x)  # (..., ffn) or (..., 2*ffn)
     if activation == "swiglu":
         gate, up = h.chunk(2, dim=-1)

@@ -100,17 +100,17 @@ class LayerStep(nn.Module):
     """One decoder layer's weights, gathered for the step; forward runs one new position
     through the layer."""
 
-    def __init__(self, layer: DecoderLayer,
-                 linear: Callable[[nn.Module], nn.Module] = step_linear) -> None:
+    def __init__(self, layer: DecoderLayer) -> None:
         super().__init__()
         self.pre_norm = layer.pre_norm
         self.heads = layer.self_attn.heads
         self.activation = layer.ffn.activation
         self.norm1, self.norm2, self.norm3 = (StepNorm(n) for n in (layer.norm1, layer.norm2,
                                                                     layer.norm3))
-        self.qkv, self.self_out = linear(layer.self_attn.qkv), linear(layer.self_attn.out)
-        self.q, self.cross_out = linear(layer.cross_attn.q), linear(layer.cross_attn.out)
-        self.w_in, self.w_out = linear(layer.ffn.w_in), linear(layer.ffn.w_out)
+        for name, module in zip(LINEARS, (layer.self_attn.qkv, layer.self_attn.out,
+                                          layer.cross_attn.q, layer.cross_attn.out,
+                                          layer.ffn.w_in, layer.ffn.w_out), strict=True):
+            setattr(self, name, step_linear(module))
 
     def scriptable(self) -> LayerStep:
         """This layer's weights (the same tensors) with `scriptable_linear`'s linears."""

@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "mtkit"
 # Lowest first. Rooms in one layer may not import each other.
 LAYERS: list[set[str]] = [
     {"version", "errors"},
-    {"config", "files", "progress", "runtime"},
+    {"files"},  # atomic writes, reading text: below every room that reads a file
+    {"config", "progress", "runtime"},
     {"data"},
     {"document"},  # sentence splitting, placeholders, markup: text around a model
     {"model"},
