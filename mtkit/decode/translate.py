@@ -249,8 +249,7 @@ class Translator:
         gets at least one. An empty line or hypothesis has none."""
         if unit not in UNITS:
             raise ConfigError(f"alignment unit {unit}: expected {' or '.join(UNITS)}")
-        depth = self.engine.recipe.model.dec_layers
-        layer = self.settings.alignment_index(depth)
+        layer = self.settings.alignment_index(depth := self.engine.recipe.model.dec_layers)
         if layer is None:
             raise ConfigError(self.settings.alignment_layer_error(depth))
         tokenizer = _pair_tokenizer(self.tokenizer, src_lang, tgt_lang)
@@ -259,8 +258,8 @@ class Translator:
         pairs = [(i, k) for i in todo for k in range(len(found[i]))]
         sources = dict(zip(todo, (ids[: self.max_source] for ids in encoded)))
         links = align(self.engine.cross_attention, tokenizer, [lines[i] for i, _ in pairs],
-                      [sources[i] for i, _ in pairs],
-                      [found[i][k].tokens for i, k in pairs], layer, unit, self.max_tokens)
+                      [sources[i] for i, _ in pairs], [found[i][k].tokens for i, k in pairs],
+                      layer, unit, self.max_tokens)
         out: list[list[Links]] = [[() for _ in hyps] for hyps in found]
         for (i, k), pair_links in zip(pairs, links, strict=True):
             out[i][k] = pair_links
