@@ -26,8 +26,16 @@ Compiled = TypeVar("Compiled", bound=Callable[..., Any])
 
 def script(target: Compiled) -> Compiled | None:
     """`target` (a function, or a module whose forward is the path) compiled, or None
-    where this torch cannot compile it."""
+    where this torch cannot compile it.
+
+    It also turns torch's TorchScript executor to the one that optimises a graph once.
+    The default (the "profiling" executor) optimises it again for new input shapes, up to
+    a depth, and a search meets new shapes at every step (its cache grows, sentences
+    leave): an engine made for each validation paid seconds for that, and one sentence
+    ran no faster. The switch is process-wide, as torch has it; mtkit runs no other
+    TorchScript."""
     try:
+        torch._C._jit_set_profiling_executor(False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # its deprecation notice: see above
             return torch.jit.script(target)
