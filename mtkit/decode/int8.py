@@ -30,7 +30,7 @@ FEW_ROWS = 16
 # ... and at one thread, where fbgemm has no rows to split: up to this many. oneDNN sets
 # itself up again for every new row count, which one sentence's encoder (its length in
 # rows) mostly is; through fbgemm a verse's encoder, and the steps of batches of a dozen
-# sentences, were faster (docs/benchmarks.md).
+# sentences, were faster, and batches of thousands of tokens no slower.
 FEW_ROWS_ONE_THREAD = 64
 # ... in layers of at least this many multiply-adds per row, when torch runs several
 # threads. fbgemm's call costs about 15 us before it multiplies, and splits few rows
